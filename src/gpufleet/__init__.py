@@ -1,0 +1,1 @@
+"""gpufleet: a GPU cluster scheduler."""

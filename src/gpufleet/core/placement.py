@@ -1,0 +1,317 @@
+"""Where a task goes: the placement extension points and the placer that drives them.
+
+For one request the placer works in three steps, as the Kubernetes scheduling
+framework does:
+
+1. **Filter.** The built-in fit check (CPU, memory, GPUs of an allowed model
+   with enough free milli-GPU and memory, MIG instances of the profile, node
+   health) and every ``Filter`` plugin each return a boolean mask over nodes;
+   the masks combine with AND.
+2. **Options.** Each feasible node yields its candidate placements. A
+   fractional request has one option per GPU that could host it (GPUs with the
+   same free milli-GPU and memory on a node are one option: the lowest index
+   stands for them). Whole-GPU, MIG and CPU-only requests have one option per
+   node; the ``GpuPicker`` chooses which GPUs or instances on that node.
+3. **Score.** Each ``Scorer`` rates every option; scores are min-max
+   normalised to 0..100 over the options and summed with the profile's
+   weights. The highest total wins; ties go to the lowest option index, which
+   is the lowest node index, so placement is deterministic.
+
+A gang (``request.nodes`` > 1) is placed node by node inside a ``Statement``
+and committed only if every node found room: all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.core.model import Request
+from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Mode(StrEnum):
+    """``now``: place on what is free. ``test``: would it fit an empty cluster?"""
+
+    NOW = "now"
+    TEST = "test"
+
+
+@dataclass
+class Options:
+    """Candidate placements for one request, one row each.
+
+    ``gpu`` is the GPU index for a fractional request and -1 otherwise.
+    """
+
+    node: IntArray
+    gpu: IntArray
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+class PlacementContext:
+    """Per-request facts, worked out once and shared by every plugin.
+
+    Plugins may read everything here and must not mutate it or the state.
+    ``gang_nodes`` lists nodes already chosen for earlier members of the same
+    gang, so topology scorers can keep a gang together.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        request: Request,
+        eligible: BoolArray,
+        feasible: BoolArray,
+        options: Options,
+        gang_nodes: Sequence[int] = (),
+    ) -> None:
+        self.state = state
+        self.request = request
+        self.eligible_gpus = eligible
+        self.feasible = feasible
+        self.options = options
+        self.gang_nodes = tuple(gang_nodes)
+
+    def gpu_free_after(self) -> IntArray:
+        """Free milli-GPU on each option's node after placing there (whole node sum)."""
+        st, r, o = self.state, self.request, self.options
+        return st.gpu_milli_free[o.node].sum(axis=1) - r.milli_per_gpu * r.gpu_count
+
+    def cpu_free_after(self) -> IntArray:
+        return self.state.cpu_free[self.options.node] - self.request.cpu_milli
+
+    def chosen_gpu_free_after(self) -> IntArray:
+        """For fractional options: the free milli-GPU left on the chosen GPU."""
+        o = self.options
+        return self.state.gpu_milli_free[o.node, o.gpu] - self.request.gpu_milli
+
+
+class Filter(Protocol):
+    """May a node host the request? Return a boolean mask over all nodes.
+
+    Reads the context only; pure and idempotent. Masks combine with AND.
+    """
+
+    def filter(self, ctx: PlacementContext) -> BoolArray: ...
+
+
+class Scorer(Protocol):
+    """How good is each option? Return one float per option, higher is better.
+
+    Reads the context only; pure and idempotent. The placer normalises each
+    scorer's output to 0..100 before weighting, so only the order and the
+    relative gaps matter.
+    """
+
+    def score(self, ctx: PlacementContext) -> FloatArray: ...
+
+
+class GpuPicker(Protocol):
+    """Which GPUs on the chosen node a whole-GPU request gets.
+
+    ``free`` holds the indices of the node's GPUs that could host it, ascending;
+    return ``count`` of them. Pure and deterministic.
+    """
+
+    def pick(self, state: ClusterState, node: int, free: IntArray, count: int) -> IntArray: ...
+
+
+class LowestIndex:
+    """Take the first free GPUs in index order."""
+
+    def pick(self, state: ClusterState, node: int, free: IntArray, count: int) -> IntArray:
+        return free[:count]
+
+
+@dataclass
+class PlacementProfile:
+    """A named set of filters, weighted scorers and a GPU picker."""
+
+    name: str
+    scorers: Sequence[tuple[Scorer, float]]
+    filters: Sequence[Filter] = ()
+    picker: GpuPicker = field(default_factory=LowestIndex)
+
+
+class Statement:
+    """An undo log: tentative allocations that are committed or discarded together."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.done: list[Assignment] = []
+
+    def allocate(self, a: Assignment) -> None:
+        self.state.allocate(a)
+        self.done.append(a)
+
+    def commit(self) -> list[Assignment]:
+        done, self.done = self.done, []
+        return done
+
+    def discard(self) -> None:
+        for a in reversed(self.done):
+            self.state.release(a)
+        self.done = []
+
+
+def normalise(raw: FloatArray) -> FloatArray:
+    """Min-max scale to 0..100; a constant score carries no preference."""
+    lo, hi = raw.min(), raw.max()
+    if hi - lo <= 1e-12 * max(1.0, abs(hi)):
+        return np.zeros_like(raw, dtype=np.float64)
+    return (raw - lo) * (100.0 / (hi - lo))
+
+
+class Placer:
+    """Drives a PlacementProfile over the cluster state."""
+
+    def __init__(self, profile: PlacementProfile) -> None:
+        self.profile = profile
+
+    def eligible_gpus(self, state: ClusterState, r: Request) -> BoolArray:
+        """GPUs (nodes x GPUs) of an allowed model and memory, whatever their use."""
+        ok = state.gpu_exists & (state.gpu_milli_total > 0)
+        if r.gpu_models:
+            allowed = [i for i, m in enumerate(state.models) if m in r.gpu_models]
+            ok &= np.isin(state.gpu_model, allowed)
+        if r.min_gpu_memory_mib:
+            ok &= state.gpu_mem_total >= r.min_gpu_memory_mib
+        return ok
+
+    def fit(self, state: ClusterState, r: Request, mode: Mode) -> tuple[BoolArray, BoolArray]:
+        """The built-in resource fit: (eligible GPU grid, feasible node mask)."""
+        empty = mode is Mode.TEST
+        cpu = state.cpu_total if empty else state.cpu_free
+        mem = state.mem_total if empty else state.mem_free
+        feasible = (cpu >= r.cpu_milli) & (mem >= r.memory_mib) & state.healthy
+        if r.mig_profile:
+            eligible = np.zeros_like(state.gpu_exists)
+            feasible &= self._mig_count(state, r, empty) >= r.mig_count
+        elif r.gpu_count:
+            eligible = self.eligible_gpus(state, r)
+            milli = state.gpu_milli_total if empty else state.gpu_milli_free
+            eligible = eligible & (milli >= r.milli_per_gpu)
+            if r.gpu_memory_mib:
+                gmem = state.gpu_mem_total if empty else state.gpu_mem_free
+                eligible &= gmem >= r.gpu_memory_mib
+            feasible &= eligible.sum(axis=1) >= r.gpu_count
+        else:
+            eligible = np.zeros_like(state.gpu_exists)
+        return eligible, feasible
+
+    def _mig_count(self, state: ClusterState, r: Request, empty: bool) -> IntArray:
+        if r.mig_profile not in state.mig_profiles:
+            return np.zeros(state.num_nodes, dtype=np.int64)
+        pid = state.mig_profiles.index(r.mig_profile)
+        match = state.mig_profile == pid
+        if not empty:
+            match &= state.mig_free
+        if r.gpu_models:
+            allowed = [i for i, m in enumerate(state.models) if m in r.gpu_models]
+            match &= np.isin(state.gpu_model[state.mig_node, state.mig_gpu], allowed)
+        return np.bincount(state.mig_node[match], minlength=state.num_nodes)
+
+    def context(
+        self, state: ClusterState, r: Request, mode: Mode, gang_nodes: Sequence[int] = ()
+    ) -> PlacementContext:
+        eligible, feasible = self.fit(state, r, mode)
+        if self.profile.filters:
+            pre = PlacementContext(state, r, eligible, feasible.copy(), _NO_OPTIONS, gang_nodes)
+            for f in self.profile.filters:
+                feasible &= f.filter(pre)
+        if gang_nodes:
+            feasible[list(gang_nodes)] = False
+        nodes = np.flatnonzero(feasible)
+        if r.gpu_milli:
+            options = self._fractional_options(state, eligible, nodes)
+        else:
+            options = Options(nodes, np.full(len(nodes), -1, dtype=np.int64))
+        return PlacementContext(state, r, eligible, feasible, options, gang_nodes)
+
+    @staticmethod
+    def _fractional_options(state: ClusterState, eligible: BoolArray, nodes: IntArray) -> Options:
+        sub = eligible[nodes]
+        # GPUs on one node with equal free milli and memory are interchangeable:
+        # keep the lowest index of each such group.
+        free = state.gpu_milli_free[nodes] * (1 << 32) + state.gpu_mem_free[nodes]
+        free = np.where(sub, free, -1)
+        dup = np.zeros_like(sub)
+        for j in range(1, sub.shape[1]):
+            dup[:, j] = (free[:, :j] == free[:, j : j + 1]).any(axis=1)
+        rows, gpus = np.nonzero(sub & ~dup)
+        return Options(nodes[rows], gpus.astype(np.int64))
+
+    def choose(self, ctx: PlacementContext) -> int:
+        """Index of the best option (ties to the lowest); -1 if there is none."""
+        k = len(ctx.options)
+        if k == 0:
+            return -1
+        scorers = self.profile.scorers
+        if k == 1 or not scorers:
+            return 0
+        if len(scorers) == 1:
+            return int(np.argmax(scorers[0][0].score(ctx)))
+        total = np.zeros(k, dtype=np.float64)
+        for scorer, weight in scorers:
+            total += weight * normalise(scorer.score(ctx))
+        return int(np.argmax(total))
+
+    def assignment(self, ctx: PlacementContext, option: int) -> Assignment:
+        state, r = ctx.state, ctx.request
+        node = int(ctx.options.node[option])
+        if r.gpu_milli:
+            gpus: tuple[int, ...] = (int(ctx.options.gpu[option]),)
+        elif r.gpus:
+            free = np.flatnonzero(ctx.eligible_gpus[node])
+            gpus = tuple(int(g) for g in self.profile.picker.pick(state, node, free, r.gpus))
+        else:
+            gpus = ()
+        mig: tuple[int, ...] = ()
+        if r.mig_profile:
+            pid = state.mig_profiles.index(r.mig_profile)
+            free_inst = np.flatnonzero(
+                (state.mig_node == node) & (state.mig_profile == pid) & state.mig_free
+            )
+            mig = tuple(int(i) for i in free_inst[: r.mig_count])
+        return Assignment(
+            node=node,
+            gpus=gpus,
+            gpu_milli=r.milli_per_gpu if gpus else 0,
+            gpu_memory_mib=r.gpu_memory_mib,
+            cpu_milli=r.cpu_milli,
+            memory_mib=r.memory_mib,
+            mig=mig,
+        )
+
+    def place(self, state: ClusterState, r: Request) -> list[Assignment] | None:
+        """Place every member of the request now, or nothing at all."""
+        stmt = Statement(state)
+        chosen: list[int] = []
+        for _ in range(r.nodes):
+            ctx = self.context(state, r, Mode.NOW, chosen)
+            best = self.choose(ctx)
+            if best < 0:
+                stmt.discard()
+                return None
+            a = self.assignment(ctx, best)
+            stmt.allocate(a)
+            chosen.append(a.node)
+        return stmt.commit()
+
+    def fits_empty(self, state: ClusterState, r: Request) -> bool:
+        """Would the request fit if the cluster were idle (``test`` mode)?"""
+        _, feasible = self.fit(state, r, Mode.TEST)
+        return int(feasible.sum()) >= r.nodes
+
+
+_NO_OPTIONS = Options(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))

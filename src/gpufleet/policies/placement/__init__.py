@@ -1,0 +1,1 @@
+"""Placement plugins: scorers and GPU pickers behind ``core.placement``'s extension points."""

@@ -1,0 +1,66 @@
+"""Named placement profiles: what ``--policy NAME`` means."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gpufleet.core.model import Request
+from gpufleet.core.placement import PlacementProfile
+from gpufleet.policies.placement.fgd import FragmentationArgs, FragmentationGradient
+from gpufleet.policies.placement.fit import (
+    Allocation,
+    AllocationArgs,
+    BestFit,
+    DotProduct,
+    FirstFit,
+    Random,
+    RandomArgs,
+)
+
+Builder = Callable[[Sequence[Request], int], PlacementProfile]
+
+
+def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
+    return PlacementProfile(
+        "default",
+        scorers=[
+            (FragmentationGradient(workload, FragmentationArgs(memory=True)), 1.0),
+            (BestFit(), 0.001),
+        ],
+    )
+
+
+PLACEMENT: dict[str, Builder] = {
+    "first-fit": lambda w, s: PlacementProfile("first-fit", [(FirstFit(), 1.0)]),
+    "best-fit": lambda w, s: PlacementProfile("best-fit", [(BestFit(), 1.0)]),
+    "packing": lambda w, s: PlacementProfile(
+        "packing", [(Allocation(AllocationArgs(strategy="most")), 1.0)]
+    ),
+    "spread": lambda w, s: PlacementProfile(
+        "spread", [(Allocation(AllocationArgs(strategy="least")), 1.0)]
+    ),
+    "dot-product": lambda w, s: PlacementProfile("dot-product", [(DotProduct(), 1.0)]),
+    "random": lambda w, s: PlacementProfile("random", [(Random(RandomArgs(seed=s)), 1.0)]),
+    "fgd": lambda w, s: PlacementProfile("fgd", [(FragmentationGradient(w), 1.0)]),
+    "default": _default,
+}
+
+
+class UnknownPolicy(KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.message = f"unknown placement policy {name!r} (known: {', '.join(PLACEMENT)})"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def placement_profile(
+    name: str, *, workload: Sequence[Request] = (), seed: int = 0
+) -> PlacementProfile:
+    """Build the named profile; ``workload`` (typical requests) feeds the fgd scorer."""
+    try:
+        builder = PLACEMENT[name]
+    except KeyError:
+        raise UnknownPolicy(name) from None
+    return builder(workload, seed)

@@ -1,0 +1,154 @@
+"""Loader for Alibaba's openb trace (cluster-trace-gpu-v2023, the FGD paper's data).
+
+Node list columns: ``sn,cpu_milli,memory_mib,gpu,model``.
+Pod list columns: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,
+pod_phase,creation_time,deletion_time,scheduled_time``. ``gpu_milli`` < 1000
+with ``num_gpu`` = 1 is a fraction of one shared GPU; ``gpu_spec`` lists the
+allowed GPU models separated by ``|`` (empty: any). Times are in seconds.
+
+Every malformed row raises ``TraceError`` naming the file, the row (1-based,
+counting the header as row 1) and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from gpufleet.core.catalog import gpu_memory_mib
+from gpufleet.core.model import GPU, MILLI, InvalidSpec, Node, Request
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read, with where and why."""
+
+    def __init__(self, path: Path | str, row: int | None, field: str | None, reason: str) -> None:
+        where = str(path) + (f", row {row}" if row is not None else "")
+        what = f"{field}: " if field else ""
+        super().__init__(f"{where}: {what}{reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    name: str
+    request: Request
+    qos: str = ""
+    creation_time: int = 0
+    deletion_time: int = 0
+
+
+def bundled(name: str) -> Path:
+    """Path of a trace file shipped inside the package (``gpufleet/data``)."""
+    return Path(str(resources.files("gpufleet") / "data" / name))
+
+
+DEFAULT_NODES = "openb_node_list_gpu_node.csv"
+DEFAULT_PODS = "openb_pod_list_default.csv"
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError(path, None, None, "no such file") from None
+    except OSError as e:
+        raise TraceError(path, None, None, e.strerror or str(e)) from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(path, 1, missing[0], "column missing from the header")
+        for row in reader:
+            if None in row or any(row[c] is None for c in columns):
+                raise TraceError(path, reader.line_num, None, "wrong number of fields")
+            yield reader.line_num, row
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+    text = row[column].strip()
+    try:
+        value = int(text) if text else 0
+    except ValueError:
+        try:
+            value = int(float(text))
+        except ValueError:
+            raise TraceError(path, line, column, f"{text!r} is not a number") from None
+    if value < 0:
+        raise TraceError(path, line, column, f"must not be negative, got {value}")
+    return value
+
+
+def load_nodes(path: Path | str) -> list[Node]:
+    path = Path(path)
+    nodes = []
+    for line, row in _rows(path, NODE_COLUMNS):
+        count = _int(path, line, row, "gpu")
+        model = row["model"].strip()
+        gpus: tuple[GPU, ...] = ()
+        try:
+            if count:
+                memory = gpu_memory_mib(model, "model")
+                gpus = tuple(GPU(index=i, model=model, memory_mib=memory) for i in range(count))
+            node = Node(
+                name=row["sn"].strip(),
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                gpus=gpus,
+            )
+        except InvalidSpec as e:
+            raise TraceError(path, line, e.field.removeprefix("node."), e.reason) from None
+        nodes.append(node)
+    if not nodes:
+        raise TraceError(path, None, None, "holds no nodes")
+    return nodes
+
+
+def load_pods(path: Path | str) -> list[TracePod]:
+    path = Path(path)
+    pods = []
+    for line, row in _rows(path, POD_COLUMNS):
+        num_gpu = _int(path, line, row, "num_gpu")
+        milli = _int(path, line, row, "gpu_milli")
+        spec = frozenset(filter(None, (m.strip() for m in row["gpu_spec"].split("|"))))
+        for model in spec:
+            try:
+                gpu_memory_mib(model, "gpu_spec")
+            except InvalidSpec as e:
+                raise TraceError(path, line, "gpu_spec", e.reason) from None
+        if num_gpu and not 0 < milli <= MILLI:
+            raise TraceError(path, line, "gpu_milli", f"must be 1..1000 with num_gpu, got {milli}")
+        if num_gpu > 1 and milli != MILLI:
+            raise TraceError(path, line, "gpu_milli", "a multi-GPU pod takes whole GPUs (1000)")
+        try:
+            request = Request(
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                gpus=num_gpu if milli == MILLI else 0,
+                gpu_milli=milli if num_gpu and milli < MILLI else 0,
+                gpu_models=spec,
+            )
+        except InvalidSpec as e:
+            field = e.field.removeprefix("request.") if e.field != "request" else "cpu_milli"
+            raise TraceError(path, line, field, e.reason) from None
+        pods.append(
+            TracePod(
+                name=row["name"].strip(),
+                request=request,
+                qos=row.get("qos", "").strip(),
+                creation_time=_int(path, line, row, "creation_time")
+                if "creation_time" in row
+                else 0,
+                deletion_time=_int(path, line, row, "deletion_time")
+                if "deletion_time" in row
+                else 0,
+            )
+        )
+    if not pods:
+        raise TraceError(path, None, None, "holds no pods")
+    return pods
