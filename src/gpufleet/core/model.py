@@ -49,7 +49,7 @@ class GPU:
 
     def __post_init__(self) -> None:
         _positive("gpu.index", self.index)
-        _positive("gpu.memory_mib", self.memory_mib)
+        _positive("gpu.memory_mib", self.memory_mib, allow_zero=False)
         if not self.model:
             raise InvalidSpec("gpu.model", "must not be empty")
 
