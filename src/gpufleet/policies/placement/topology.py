@@ -1,0 +1,202 @@
+"""Topology-aware placement: keep a job's GPUs on one NVLink domain and its gang under one switch.
+
+Two plugins share one notion of locality, from nearest to farthest:
+
+* the GPUs of one NVLink domain (an NVSwitch board, or a bridged pair);
+* the GPUs of one NUMA node (same PCIe root complex and host memory);
+* the nodes under one network switch (``Node.switch``), for gangs.
+
+``TopologyPicker`` chooses which free GPUs on a node a whole-GPU request gets;
+``Topology`` scores nodes so the placer sends the request where the picker
+can do well. Both prefer the *smallest* group that fits, best-fit style, so
+large free domains and switch groups stay whole for the large jobs that need them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from gpufleet.core.placement import FloatArray, PlacementContext
+from gpufleet.core.state import BoolArray, ClusterState, IntArray
+
+# Score tiers for the GPU locality of one node. A penalty below 40 per tier
+# keeps the tiers disjoint: one domain in (60, 100], one NUMA node in
+# (10, 50], spread over domains in (-40, 0].
+DOMAIN = 100.0
+NUMA = 50.0
+SPREAD = 0.0
+PENALTY = 40.0
+# Gap between switch ranks: wider than the GPU tiers' whole range (140), so
+# keeping a gang under one switch outranks any GPU locality on the node.
+SWITCH_STEP = 150.0
+
+
+def dense_rank(values: IntArray) -> IntArray:
+    """Per row, the rank of each value among the row's distinct values (0, 1, ...).
+
+    Arbitrary ids (NVLink domain or NUMA numbers) become column indices of
+    at most the row's length, so per-group counts are one small sum per node.
+    """
+    order = np.argsort(values, axis=1, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=1)
+    new = np.zeros(values.shape, dtype=np.int64)
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    rank = np.empty_like(new)
+    np.put_along_axis(rank, order, np.cumsum(new, axis=1), axis=1)
+    return rank
+
+
+def cover(groups: IntArray, count: int) -> IntArray:
+    """Positions of ``count`` items drawn from the fewest groups, ascending.
+
+    ``groups`` labels each item. The largest groups are taken whole until
+    one more group can finish the request; that last group is the smallest
+    that can, so a request one group can hold takes the smallest such group
+    and leaves bigger ones intact. Ties go to the group whose first item comes
+    first, and within a group to its first items.
+    """
+    if count > len(groups):
+        raise ValueError(f"count: asked for {count} GPUs but only {len(groups)} are free")
+    labels, first, sizes = np.unique(groups, return_index=True, return_counts=True)
+    by_size = np.lexsort((first, -sizes))  # largest first, ties to the earliest
+    # The fewest groups: k such that the k-1 largest fall short and k suffice.
+    k = int(np.searchsorted(np.cumsum(sizes[by_size]), count)) + 1
+    whole = by_size[: k - 1]
+    rest = count - int(sizes[whole].sum())
+    spare = np.ones(len(labels), dtype=np.bool_)
+    spare[whole] = False
+    spare &= sizes >= rest
+    last = int(np.lexsort((first, sizes, ~spare))[0])  # smallest spare that fits
+    chosen = np.isin(groups, labels[whole])
+    chosen[np.flatnonzero(groups == labels[last])[:rest]] = True
+    return np.flatnonzero(chosen)
+
+
+class TopologyPicker:
+    """Whole GPUs from one NVLink domain, else one NUMA node, else the fewest domains.
+
+    Among domains that can hold the request it takes the one with the fewest
+    free GPUs, so a one-GPU task fills a half-used pair before it breaks a
+    free NVSwitch board. Failing a domain it takes the NUMA node with the
+    fewest free GPUs that still fits, and inside it the fewest domains.
+    Deterministic: ties go to the lowest GPU indices.
+    """
+
+    def pick(self, state: ClusterState, node: int, free: IntArray, count: int) -> IntArray:
+        domain = state.gpu_nvlink[node, free]
+        if count <= int(np.unique(domain, return_counts=True)[1].max(initial=0)):
+            return free[cover(domain, count)]
+        numa = state.gpu_numa[node, free]
+        ids, sizes = np.unique(numa, return_counts=True)
+        fits = sizes >= count
+        if fits.any():
+            # The smallest fitting NUMA node; np.unique sorts ids, so argmin's
+            # first hit is the lowest id among equals.
+            best = ids[np.flatnonzero(fits)[np.argmin(sizes[fits])]]
+            inside = np.flatnonzero(numa == best)
+            return free[inside[cover(domain[inside], count)]]
+        return free[cover(domain, count)]
+
+
+class _Layout:
+    """Per-state topology facts that never change: group ranks per GPU, switch per node."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.domain = dense_rank(state.gpu_nvlink)
+        self.numa = dense_rank(state.gpu_numa)
+        names = sorted({n.switch for n in state.nodes})
+        index = {name: i for i, name in enumerate(names)}
+        self.switch = np.array([index[n.switch] for n in state.nodes], dtype=np.int64)
+        self.num_switches = len(names)
+
+
+def _group_counts(rank: IntArray, free: BoolArray) -> IntArray:
+    """(options x groups): free GPUs per group, from per-GPU group ranks."""
+    onehot = rank[:, :, None] == np.arange(rank.shape[1])[None, None, :]
+    return (onehot & free[:, :, None]).sum(axis=1)  # type: ignore[no-any-return]
+
+
+def _smallest_fit(counts: IntArray, need: int) -> IntArray:
+    """Per row, the smallest count that is at least ``need`` (-1 where none is)."""
+    big = np.iinfo(np.int64).max
+    best = np.where(counts >= need, counts, big).min(axis=1, initial=big)
+    return np.where(best == big, -1, best)
+
+
+class Topology:
+    """How local a whole-GPU request stays on each node, and a gang under one switch.
+
+    GPU locality, for requests of whole GPUs: 100 when one NVLink domain can
+    hold the request, 50 when one NUMA node can, 0 otherwise; minus up to 40
+    for the free GPUs the picker would leave in the group it breaks
+    (``40 * left / GPUs per node``), or in the last tier for each extra
+    domain spanned. One-GPU requests thus best-fit onto half-used domains.
+    Fractional, MIG and CPU-only requests score 0 here.
+
+    Gangs (``request.nodes`` > 1) rank switches first, ``SWITCH_STEP`` apart:
+    later members prefer switches holding more of the gang's earlier members;
+    the first member prefers switches with at least ``request.nodes``
+    feasible nodes, the fewest such first (switch best-fit), then switches
+    with more feasible nodes. Nodes with no ``switch`` share the group "".
+
+    Per-state facts are worked out once and kept while the state is the same
+    object; scoring is a few numpy passes over the options, no loop per node.
+    """
+
+    NAME: ClassVar[str] = "topology"
+
+    def __init__(self) -> None:
+        self._layout: _Layout | None = None
+
+    def layout(self, state: ClusterState) -> _Layout:
+        if self._layout is None or self._layout.state is not state:
+            self._layout = _Layout(state)
+        return self._layout
+
+    def score(self, ctx: PlacementContext) -> FloatArray:
+        lay = self.layout(ctx.state)
+        scores = np.zeros(len(ctx.options), dtype=np.float64)
+        if ctx.request.gpus:
+            scores += self._gpu_locality(ctx, lay)
+        if ctx.request.nodes > 1:
+            scores -= SWITCH_STEP * self._switch_rank(ctx, lay)
+        return scores
+
+    @staticmethod
+    def _gpu_locality(ctx: PlacementContext, lay: _Layout) -> FloatArray:
+        nodes, need = ctx.options.node, ctx.request.gpus
+        free = ctx.eligible_gpus[nodes]
+        per_node = max(free.shape[1], 1)
+        domains = _group_counts(lay.domain[nodes], free)
+        numas = _group_counts(lay.numa[nodes], free)
+        in_domain = _smallest_fit(domains, need)
+        in_numa = _smallest_fit(numas, need)
+        # Fewest domains to span: the largest first until they hold the request.
+        spans = (np.cumsum(-np.sort(-domains, axis=1), axis=1) < need).sum(axis=1) + 1
+        locality: FloatArray = np.where(
+            in_domain >= 0,
+            DOMAIN - PENALTY * (in_domain - need) / per_node,
+            np.where(
+                in_numa >= 0,
+                NUMA - PENALTY * (in_numa - need) / per_node,
+                SPREAD - PENALTY * (spans - 1) / per_node,
+            ),
+        )
+        return locality
+
+    @staticmethod
+    def _switch_rank(ctx: PlacementContext, lay: _Layout) -> IntArray:
+        """Dense rank (0 best) of each option's switch; equal keys share a rank."""
+        switch = lay.switch[ctx.options.node]
+        if ctx.gang_nodes:
+            members = np.bincount(lay.switch[list(ctx.gang_nodes)], minlength=lay.num_switches)
+            key = -members[switch]
+        else:
+            need = ctx.request.nodes
+            room = np.bincount(lay.switch[ctx.feasible], minlength=lay.num_switches)[switch]
+            # Fitting switches by size, ascending, then the rest by room, descending.
+            key = np.where(room >= need, room, ctx.state.num_nodes + need - room)
+        return np.unique(key, return_inverse=True)[1].reshape(-1)
