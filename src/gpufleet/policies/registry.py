@@ -16,6 +16,7 @@ from gpufleet.policies.placement.fit import (
     Random,
     RandomArgs,
 )
+from gpufleet.policies.placement.topology import Topology, TopologyPicker
 
 Builder = Callable[[Sequence[Request], int], PlacementProfile]
 
@@ -42,6 +43,9 @@ PLACEMENT: dict[str, Builder] = {
     "dot-product": lambda w, s: PlacementProfile("dot-product", [(DotProduct(), 1.0)]),
     "random": lambda w, s: PlacementProfile("random", [(Random(RandomArgs(seed=s)), 1.0)]),
     "fgd": lambda w, s: PlacementProfile("fgd", [(FragmentationGradient(w), 1.0)]),
+    "topology": lambda w, s: PlacementProfile(
+        "topology", [(Topology(), 1.0), (BestFit(), 0.01)], picker=TopologyPicker()
+    ),
     "default": _default,
 }
 
