@@ -108,7 +108,9 @@ def test_request_rejects(kwargs: dict[str, Any], field: str, fragment: str) -> N
         ({"mig_profile": "1g.10gb", "mig_count": 2}, 0, 0, 0),  # MIG slices are not milli-GPU
     ],
 )
-def test_request_shapes(kwargs: dict[str, Any], gpu_count: int, milli_per_gpu: int, total: int) -> None:
+def test_request_shapes(
+    kwargs: dict[str, Any], gpu_count: int, milli_per_gpu: int, total: int
+) -> None:
     r = Request(**kwargs)
     assert (r.gpu_count, r.milli_per_gpu, r.total_gpu_milli) == (gpu_count, milli_per_gpu, total)
 
