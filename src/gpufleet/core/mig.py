@@ -110,7 +110,7 @@ def parse_layout(model: str, text: str) -> tuple[MigInstance, ...]:
     """
     layout: list[MigInstance] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, start_text = part.partition("@")
+        name, _, start_text = (x.strip() for x in part.partition("@"))
         prof = profile(model, name)
         if start_text:
             try:
@@ -118,10 +118,14 @@ def parse_layout(model: str, text: str) -> tuple[MigInstance, ...]:
             except ValueError:
                 raise InvalidSpec("gpu.mig", f"start {start_text!r} is not a number") from None
         else:
-            start = next(
-                (s for s in prof.starts if _fits(model, (*layout, MigInstance(name, s)))),
-                prof.starts[-1],
-            )
+            free = [s for s in prof.starts if _fits(model, (*layout, MigInstance(name, s)))]
+            if not free:
+                # Blame an invalid instance before it, not the one that found no room.
+                validate_layout(model, tuple(layout))
+                raise InvalidSpec(
+                    "gpu.mig", f"no room left for {name} (its starts {prof.starts} are all taken)"
+                )
+            start = free[0]
         layout.append(MigInstance(name, start))
     result = tuple(layout)
     validate_layout(model, result)
