@@ -1,0 +1,527 @@
+"""The scheduling cycle: who runs first, and when.
+
+``run_cycle(snapshot, profile, now) -> Plan`` walks the pending jobs in the
+order the profile's ``Ordering`` gives (ties: earlier submit, then lower job
+id) and, for each job:
+
+1. **May it run?** Held jobs, unmet dependencies, every ``Admission`` plugin
+   (QoS and partition limits), and the ``Gate`` (partition nodes, advance
+   reservations) may keep it pending with a Slurm reason.
+2. **Now?** The placer (mode ``now``) tries to place it on the nodes it may
+   use without overlapping any backfill hold or reservation block.
+3. **Else preempt?** The ``Preemption`` plugin may pick victims; the cycle
+   checks with a tentative release that the job then fits, or preempts nobody.
+4. **Else hold.** The ``Backfill`` plugin decides whether the job gets a
+   hold (its planned start and nodes from the ``Timeline``). Lower-priority
+   jobs may start now only where and while they overlap no hold.
+
+Without a backfill plugin the queue is strict: once a job of a partition
+waits for resources, no later job of that partition starts.
+
+Request shapes are classes: once a shape failed to fit for a job of length
+L, every later job of that shape (same partition and reservation) of length
+L or more fails too, because capacity only shrinks and holds only grow
+during a cycle (Slurm skips such jobs the same way). A preemption frees
+capacity and so forgets these failures.
+
+The cycle never changes the snapshot: every allocation goes through a
+journal that is rolled back before the plan is returned.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.core.job import (
+    Job,
+    Partition,
+    PreemptMode,
+    QoS,
+    Reservation,
+    RunningJob,
+    gpu_milli_equivalent,
+)
+from gpufleet.core.model import Request
+from gpufleet.core.placement import Mode, PlacementContext, PlacementProfile, Placer
+from gpufleet.core.state import Assignment, BoolArray, ClusterState
+from gpufleet.core.timeline import NEVER, Blocks, Hold, Timeline
+
+FloatArray = npt.NDArray[np.float64]
+
+# Slurm's pending reasons used by the cycle itself; plugins return others.
+PRIORITY = "Priority"
+RESOURCES = "Resources"
+DEPENDENCY = "Dependency"
+HELD = "JobHeldUser"
+NODE_NOT_AVAIL = "ReqNodeNotAvail"
+INVALID_QOS = "InvalidQOS"
+INVALID_PARTITION = "InvalidPartition"
+RESERVATION = "Reservation"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle may read. The cycle never mutates it.
+
+    ``state`` already holds the allocations of every job in ``running``.
+    ``fairshare`` maps a user to a factor in [0, 1] precomputed by the driver;
+    ``accounts`` is the account tree (``core.accounts``), passed through
+    untouched for orderings that need it.
+    """
+
+    state: ClusterState
+    running: Sequence[RunningJob]
+    pending: Sequence[Job]
+    qos: Mapping[str, QoS]
+    partitions: Mapping[str, Partition]
+    now: int
+    reservations: Sequence[Reservation] = ()
+    fairshare: Mapping[str, float] = field(default_factory=dict)
+    accounts: object | None = None
+
+
+class Ordering(Protocol):
+    """Who goes first. Exactly one ordering is active per profile.
+
+    Return one priority per job in ``pending`` (aligned), higher first; the
+    cycle breaks ties by submit time, then job id. Must be pure and
+    deterministic; may read anything in the snapshot.
+    """
+
+    NAME: ClassVar[str]
+
+    def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray: ...
+
+
+class Tally:
+    """What is running per QoS, user and account, including this cycle's starts.
+
+    GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``).
+    """
+
+    def __init__(self) -> None:
+        self.user_jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.qos_milli: defaultdict[str, int] = defaultdict(int)
+
+    def add(self, job: Job, sign: int = 1) -> None:
+        milli = sign * job.gpu_milli
+        self.user_jobs[job.qos, job.user] += sign
+        self.user_milli[job.qos, job.user] += milli
+        self.account_milli[job.qos, job.account] += milli
+        self.qos_milli[job.qos] += milli
+
+
+class Admission(Protocol):
+    """May ``job`` run now, as far as limits go? Return "" or a Slurm pending reason.
+
+    Reads the job, the snapshot's definitions and the tally; pure. Plugins
+    combine in order: the first reason wins.
+    """
+
+    def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str: ...
+
+
+@dataclass(frozen=True)
+class Access:
+    """Where and from when a job may run: nodes, blocks to respect, earliest start.
+
+    A non-empty ``reason`` keeps the job pending regardless.
+    """
+
+    nodes: BoolArray
+    blocks: Blocks
+    not_before: int = 0
+    reason: str = ""
+
+
+class Gate(Protocol):
+    """Which nodes, and when, ``job`` may use (advance reservations).
+
+    Given the nodes of the job's partition; returns them narrowed, with the
+    blocks other reservations impose. Pure; may cache per snapshot.
+    """
+
+    def access(self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray) -> Access: ...
+
+
+class Backfill(Protocol):
+    """Whether a job that cannot start now gets a hold, and how far ahead to look.
+
+    ``holds`` is how many holds this cycle already made, ``tested`` how many
+    jobs it already tried to place. ``horizon`` is the latest planned start
+    worth holding (Slurm's bf_window); ``resolution`` rounds expected ends.
+    """
+
+    resolution: int
+
+    def wants_hold(self, holds: int) -> bool: ...
+
+    def horizon(self, now: int) -> int: ...
+
+    def may_test(self, tested: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One victim of the plan: signal it, wait ``grace_s``, then requeue or cancel."""
+
+    job_id: str
+    mode: PreemptMode
+    grace_s: int
+    for_job: str
+
+
+Trial = Callable[[Sequence[RunningJob], BoolArray, Request], bool]
+"""Would ``request`` fit on the masked nodes once these victims let go? Changes nothing."""
+
+
+@dataclass(frozen=True)
+class PreemptionRequest:
+    """What a preemption plugin sees for one job that could not be placed."""
+
+    job: Job
+    snapshot: Snapshot
+    now: int
+    nodes: BoolArray
+    running: Sequence[RunningJob]
+    state: ClusterState
+    trial: Trial
+
+
+class Preemptor(Protocol):
+    """Which running jobs to preempt so that ``req.job`` fits; [] when none will do.
+
+    Must only return jobs its policy allows, and should verify its choice
+    with ``req.trial``; the cycle checks again before preempting anyone.
+    """
+
+    def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]: ...
+
+
+@dataclass
+class SchedulingProfile:
+    """The plugins one cycle runs with."""
+
+    ordering: Ordering
+    placement: PlacementProfile
+    admission: Sequence[Admission] = ()
+    gate: Gate | None = None
+    backfill: Backfill | None = None
+    preemption: Preemptor | None = None
+
+
+@dataclass
+class Plan:
+    """What the cycle decided. Job ids index everything.
+
+    ``starts`` maps a job to its exact placement; ``holds`` maps a job that
+    waits to its planned start (a backfill reservation); ``reasons`` gives
+    every job left pending its Slurm reason. ``stats`` are diagnostics:
+    timings in seconds and counters, for drivers to record.
+    """
+
+    starts: dict[str, list[Assignment]] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)
+    holds: dict[str, int] = field(default_factory=dict)
+    hold_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class Journal:
+    """Tentative allocations and releases on a state, undone in reverse order."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.log: list[tuple[Literal[1, -1], Assignment]] = []
+
+    def allocate(self, a: Assignment) -> None:
+        self.state.allocate(a)
+        self.log.append((1, a))
+
+    def release(self, a: Assignment) -> None:
+        self.state.release(a)
+        self.log.append((-1, a))
+
+    def mark(self) -> int:
+        return len(self.log)
+
+    def rollback(self, mark: int = 0) -> None:
+        while len(self.log) > mark:
+            sign, a = self.log.pop()
+            if sign > 0:
+                self.state.release(a)
+            else:
+                self.state.allocate(a)
+
+
+class NodeMask:
+    """A placement filter that admits only the nodes of a mask."""
+
+    def __init__(self, mask: BoolArray) -> None:
+        self.mask = mask
+
+    def filter(self, ctx: PlacementContext) -> BoolArray:
+        return self.mask
+
+
+def partition_nodes(state: ClusterState, p: Partition) -> BoolArray:
+    """The partition's nodes: named ones, those of its pools, or all when neither is given."""
+    if not p.nodes and not p.pools:
+        return np.ones(state.num_nodes, dtype=np.bool_)
+    mask = np.array([n.pool in p.pools for n in state.nodes], dtype=np.bool_)
+    named = [state.index[name] for name in p.nodes if name in state.index]
+    mask[named] = True
+    return mask
+
+
+def queue_order(priorities: FloatArray, pending: Sequence[Job]) -> list[int]:
+    """Indices of ``pending`` by priority (higher first), then submit time, then id."""
+    submit = np.fromiter((j.submit_time for j in pending), dtype=np.int64, count=len(pending))
+    order = np.lexsort((submit, -priorities))
+    keys = np.stack([priorities[order], submit[order].astype(np.float64)])
+    # Equal priority and submit time are rare: sort just those runs by id.
+    same = np.flatnonzero((keys[:, 1:] == keys[:, :-1]).all(axis=0))
+    result: list[int] = [int(i) for i in order]
+    if len(same):
+        runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1)
+        for run in runs:
+            lo, hi = int(run[0]), int(run[-1]) + 2
+            result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
+    return result
+
+
+def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = None) -> Plan:
+    """Decide starts, preemptions, holds and pending reasons; see the module docstring."""
+    cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
+    try:
+        return cycle.run()
+    finally:
+        cycle.journal.rollback()
+
+
+@dataclass
+class _Shape:
+    """Per (request, partition, reservation) facts found during one cycle."""
+
+    failed_at: int = NEVER  # shortest time limit that failed to place now
+    never: bool | None = None  # would not fit even on an idle cluster
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, profile: SchedulingProfile, now: int) -> None:
+        self.s = snapshot
+        self.p = profile
+        self.now = now
+        self.state = snapshot.state
+        self.journal = Journal(self.state)
+        self.plan = Plan()
+        self.tally = Tally()
+        self.running = {r.job.id: r for r in snapshot.running}
+        resolution = profile.backfill.resolution if profile.backfill else 1
+        self.timeline = Timeline(self.state, now, resolution)
+        for r in snapshot.running:
+            self.tally.add(r.job)
+            self.timeline.add(r.job.id, r.assignments, r.expected_end)
+        self.holds = Blocks.none(self.state.num_nodes)
+        self.shapes: dict[tuple[Request, str, str], _Shape] = {}
+        self.partition_masks: dict[str, BoolArray] = {}
+        self.strict_blocked: set[str] = set()  # partitions stopped without backfill
+        self.waiting: set[str] = set()  # partitions with a job waiting for resources
+        self.tested = 0
+        self.hold_count = 0
+
+    # -- the walk ------------------------------------------------------------
+    def run(self) -> Plan:
+        s, plan = self.s, self.plan
+        in_queue = {j.id for j in s.pending} | self.running.keys()
+        candidates: list[Job] = []
+        for job in s.pending:
+            reason = self._static_reason(job, in_queue)
+            if reason:
+                plan.reasons[job.id] = reason
+            else:
+                candidates.append(job)
+        if candidates:
+            prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
+            for i in queue_order(prio, candidates):
+                self._consider(candidates[i])
+        plan.stats.update(
+            tested=float(self.tested),
+            started=float(len(plan.starts)),
+            holds=float(len(plan.holds)),
+            preempted=float(len(plan.preemptions)),
+        )
+        return plan
+
+    def _static_reason(self, job: Job, in_queue: set[str]) -> str:
+        if job.held:
+            return HELD
+        if job.qos not in self.s.qos:
+            return INVALID_QOS
+        if job.partition not in self.s.partitions:
+            return INVALID_PARTITION
+        if any(d in in_queue for d in job.dependencies):
+            return DEPENDENCY
+        return ""
+
+    def _consider(self, job: Job) -> None:
+        plan = self.plan
+        for admission in self.p.admission:
+            reason = admission.admit(self.s, job, self.tally)
+            if reason:
+                plan.reasons[job.id] = reason
+                return
+        if job.partition in self.strict_blocked:
+            plan.reasons[job.id] = PRIORITY
+            return
+        access = self._access(job)
+        if access.reason:
+            plan.reasons[job.id] = access.reason
+            return
+        if self.now < access.not_before:
+            plan.reasons[job.id] = RESERVATION
+            return
+        key = (job.request, job.partition, job.reservation)
+        shape = self.shapes.setdefault(key, _Shape())
+        if shape.never is None:
+            shape.never = not self._fits_idle(job.request, access.nodes)
+        if shape.never:
+            plan.reasons[job.id] = NODE_NOT_AVAIL
+            return
+        backfill = self.p.backfill
+        if job.time_limit_s < shape.failed_at and not (
+            backfill and self.waiting and not backfill.may_test(self.tested)
+        ):
+            self.tested += 1
+            if self._start(job, access):
+                return
+            if self._preempt(job, access):
+                shape.failed_at = NEVER
+                return
+            shape.failed_at = min(shape.failed_at, job.time_limit_s)
+        self._wait(job, access)
+
+    def _access(self, job: Job) -> Access:
+        nodes = self.partition_masks.get(job.partition)
+        if nodes is None:
+            nodes = partition_nodes(self.state, self.s.partitions[job.partition])
+            self.partition_masks[job.partition] = nodes
+        if self.p.gate is None:
+            access = Access(nodes, self.holds)
+        else:
+            access = self.p.gate.access(self.s, job, nodes)
+            access = replace(access, blocks=access.blocks.merged(self.holds))
+        return access
+
+    def _placer(self, mask: BoolArray) -> Placer:
+        pp = self.p.placement
+        return Placer(replace(pp, filters=[*pp.filters, NodeMask(mask)]))
+
+    def _fits_idle(self, r: Request, nodes: BoolArray) -> bool:
+        ctx = self._placer(nodes).context(self.state, r, Mode.TEST)
+        return int(ctx.feasible.sum()) >= r.nodes
+
+    def _usable_now(self, job: Job, access: Access) -> BoolArray:
+        return access.nodes & access.blocks.usable(self.now, job.time_limit_s)
+
+    def _start(self, job: Job, access: Access) -> bool:
+        placed = self._placer(self._usable_now(job, access)).place(self.state, job.request)
+        if placed is None:
+            return False
+        for a in placed:
+            self.journal.log.append((1, a))  # the placer allocated it; undo at the end
+        self._record_start(job, placed)
+        return True
+
+    def _record_start(self, job: Job, placed: list[Assignment]) -> None:
+        self.plan.starts[job.id] = placed
+        self.tally.add(job)
+        self.timeline.add(job.id, placed, self.now + job.time_limit_s)
+
+    # -- preemption ----------------------------------------------------------
+    def _preempt(self, job: Job, access: Access) -> bool:
+        if self.p.preemption is None:
+            return False
+        taken = {p.job_id for p in self.plan.preemptions}
+        running = [r for r in self.s.running if r.job.id not in taken]
+        req = PreemptionRequest(
+            job, self.s, self.now, self._usable_now(job, access), running, self.state, self._trial
+        )
+        victims = list(self.p.preemption.victims(req))
+        if not victims:
+            return False
+        mark = self.journal.mark()
+        for v in victims:
+            for a in v.assignments:
+                self.journal.release(a)
+        placed = self._placer(req.nodes).place(self.state, job.request)
+        if placed is None:
+            self.journal.rollback(mark)
+            return False
+        for a in placed:
+            self.journal.log.append((1, a))
+        for v in victims:
+            qos = self.s.qos[v.job.qos]
+            self.plan.preemptions.append(
+                Preemption(v.job.id, qos.preempt_mode, qos.grace_s, for_job=job.id)
+            )
+            self.tally.add(v.job, -1)
+            self.timeline.remove(v.job.id)
+        self._record_start(job, placed)
+        return True
+
+    def _trial(self, victims: Sequence[RunningJob], nodes: BoolArray, r: Request) -> bool:
+        mark = self.journal.mark()
+        try:
+            for v in victims:
+                for a in v.assignments:
+                    self.journal.release(a)
+            ctx = self._placer(nodes).context(self.state, r, Mode.NOW)
+            return int(ctx.feasible.sum()) >= r.nodes
+        finally:
+            self.journal.rollback(mark)
+
+    # -- waiting -------------------------------------------------------------
+    def _wait(self, job: Job, access: Access) -> None:
+        plan, backfill = self.plan, self.p.backfill
+        first = job.partition not in self.waiting
+        self.waiting.add(job.partition)
+        plan.reasons[job.id] = RESOURCES if first else PRIORITY
+        if backfill is None:
+            self.strict_blocked.add(job.partition)
+            return
+        if not backfill.wants_hold(self.hold_count):
+            return
+        hold = self.timeline.earliest(
+            job.request,
+            access.nodes,
+            job.time_limit_s,
+            access.blocks,
+            horizon=backfill.horizon(self.now),
+        )
+        if hold is not None:
+            self._hold(job, hold)
+
+    def _hold(self, job: Job, hold: Hold) -> None:
+        self.hold_count += 1
+        self.holds.add(hold.nodes, hold.start, hold.start + job.time_limit_s)
+        self.plan.holds[job.id] = hold.start
+        self.plan.hold_nodes[job.id] = tuple(int(n) for n in hold.nodes)
+
+
+def gpu_hours_at_risk(r: RunningJob, now: int) -> float:
+    """GPU-hours a preemption would throw away: since the last checkpoint, else since start."""
+    job = r.job
+    since = job.start_time if job.start_time is not None else now
+    if job.checkpoint_interval_s is not None and job.last_checkpoint is not None:
+        since = max(since, job.last_checkpoint)
+    return gpu_milli_equivalent(job.request) / 1000 * max(0, now - since) / 3600

@@ -1,0 +1,253 @@
+"""When will capacity free up? The earliest start of a request, for backfill.
+
+The timeline knows what is free now (the cluster state) and when each holder
+of resources is expected to let go (running jobs' expected ends, and the
+ends of jobs the cycle has just started). From these it answers, for a
+request, the earliest time at which enough nodes could host it, and which
+nodes those are: Slurm's ``select_g_job_test`` in its "will run" mode.
+
+It is vectorised: release events are sorted once by (node or GPU, time) with
+running sums of what they free, so one query is a handful of numpy passes
+over the events and the GPU grid, whatever the number of running jobs.
+
+Nodes may also be *blocked*: a backfill hold or an advance reservation keeps
+a node from ``blocked_from`` until ``blocked_until``. A job of length L may
+use a blocked node at time t only if it ends by ``blocked_from`` or starts
+at ``blocked_until`` or later, so it can never delay what holds the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.core.model import Request
+from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
+
+NEVER = np.iinfo(np.int64).max // 4
+"""A time later than any real one: 'not within the horizon'."""
+
+
+@dataclass
+class Blocks:
+    """Per-node time spans that a job must not overlap (see module docstring)."""
+
+    start: IntArray
+    end: IntArray
+
+    @classmethod
+    def none(cls, nodes: int) -> Blocks:
+        return cls(np.full(nodes, NEVER, dtype=np.int64), np.zeros(nodes, dtype=np.int64))
+
+    def copy(self) -> Blocks:
+        return Blocks(self.start.copy(), self.end.copy())
+
+    def add(self, nodes: IntArray | BoolArray, start: int, end: int) -> None:
+        """Block ``nodes`` over [start, end); overlapping spans merge into their hull."""
+        self.start[nodes] = np.minimum(self.start[nodes], start)
+        self.end[nodes] = np.maximum(self.end[nodes], end)
+
+    def merged(self, other: Blocks) -> Blocks:
+        return Blocks(np.minimum(self.start, other.start), np.maximum(self.end, other.end))
+
+    def usable(self, at: int, length: int) -> BoolArray:
+        """Nodes a job may hold over [at, at + length) without overlapping a block."""
+        return (at + length <= self.start) | (at >= self.end)
+
+    def shift(self, times: IntArray, length: int) -> IntArray:
+        """Per node, the first time >= ``times`` at which a job of ``length`` fits around blocks."""
+        ok = times + length <= self.start
+        return np.where(ok, times, np.maximum(times, self.end))
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Where and when a job is planned to start: its backfill reservation."""
+
+    start: int
+    nodes: IntArray
+
+
+class Timeline:
+    """Expected releases of resources after ``now``, rounded up to ``resolution`` seconds."""
+
+    def __init__(self, state: ClusterState, now: int, resolution: int = 60) -> None:
+        self.state = state
+        self.now = now
+        self.resolution = max(1, resolution)
+        self._holders: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
+        self._built: _Events | None = None
+
+    def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
+        """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
+        step = self.resolution
+        end = self.now + max(0, -(-(end - self.now) // step) * step)
+        self._holders[key] = (end, tuple(assignments))
+        self._built = None
+
+    def remove(self, key: str) -> None:
+        """``key`` no longer holds anything (it was preempted or finished)."""
+        if self._holders.pop(key, None) is not None:
+            self._built = None
+
+    def _events(self) -> _Events:
+        if self._built is None:
+            self._built = _Events.build(self.state, self._holders.values())
+        return self._built
+
+    def node_times(self, r: Request) -> IntArray:
+        """Per node, the earliest time one task of ``r`` fits there (NEVER if it never does).
+
+        Counts only releases; the state must already hold every holder's
+        allocation, so capacity only grows along the timeline.
+        """
+        st, ev, now = self.state, self._events(), self.now
+        t = np.where(st.healthy, now, NEVER)
+        t = np.maximum(t, ev.cpu.first(st.cpu_free, r.cpu_milli, now))
+        t = np.maximum(t, ev.mem.first(st.mem_free, r.memory_mib, now))
+        if r.gpu_count:
+            gpu_t = np.maximum(
+                ev.milli.first(st.gpu_milli_free.ravel(), r.milli_per_gpu, now),
+                ev.gmem.first(st.gpu_mem_free.ravel(), r.gpu_memory_mib, now),
+            ).reshape(st.gpu_milli_free.shape)
+            gpu_t = np.where(static_gpu_ok(st, r), gpu_t, NEVER)
+            k = r.gpu_count
+            if k > gpu_t.shape[1]:
+                return np.full(st.num_nodes, NEVER, dtype=np.int64)
+            t = np.maximum(t, np.partition(gpu_t, k - 1, axis=1)[:, k - 1])
+        if r.mig_profile:
+            t = np.maximum(t, self._mig_times(r, ev))
+        return t
+
+    def _mig_times(self, r: Request, ev: _Events) -> IntArray:
+        st, now = self.state, self.now
+        out = np.full(st.num_nodes, NEVER, dtype=np.int64)
+        if r.mig_profile not in st.mig_profiles:
+            return out
+        match = st.mig_profile == st.mig_profiles.index(r.mig_profile)
+        if r.gpu_models:
+            allowed = [i for i, m in enumerate(st.models) if m in r.gpu_models]
+            match &= np.isin(st.gpu_model[st.mig_node, st.mig_gpu], allowed)
+        inst = np.flatnonzero(match)
+        times = np.where(st.mig_free[inst], now, ev.mig_end[inst])
+        nodes = st.mig_node[inst]
+        order = np.lexsort((times, nodes))
+        nodes, times = nodes[order], times[order]
+        # The k-th instance in time order on a node: its rank within the node's run.
+        starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+        rank = np.arange(len(nodes)) - np.repeat(starts, np.diff(np.r_[starts, len(nodes)]))
+        kth = rank == r.mig_count - 1
+        out[nodes[kth]] = times[kth]
+        return out
+
+    def earliest(
+        self,
+        r: Request,
+        nodes: BoolArray,
+        length: int,
+        blocks: Blocks,
+        not_before: int = 0,
+        horizon: int = NEVER,
+    ) -> Hold | None:
+        """The earliest start of ``r`` on ``nodes`` for ``length`` seconds, around ``blocks``.
+
+        None if it cannot start by ``horizon``. The hold names the ``r.nodes``
+        nodes that free up first (ties to the lowest index).
+        """
+        t = np.maximum(self.node_times(r), max(self.now, not_before))
+        t = np.where(nodes & (t < NEVER), blocks.shift(t, length), NEVER)
+        k = r.nodes
+        if int((t < NEVER).sum()) < k:
+            return None
+        chosen = np.argsort(t, kind="stable")[:k]
+        start = int(t[chosen].max())
+        if start > horizon:
+            return None
+        return Hold(start, np.sort(chosen))
+
+
+def static_gpu_ok(st: ClusterState, r: Request) -> BoolArray:
+    """GPUs that could ever take one of ``r``'s per-GPU shares (model, size, not MIG)."""
+    ok = st.gpu_exists & (st.gpu_milli_total >= r.milli_per_gpu)
+    ok &= st.gpu_mem_total >= max(r.min_gpu_memory_mib, r.gpu_memory_mib)
+    if r.gpu_models:
+        allowed = [i for i, m in enumerate(st.models) if m in r.gpu_models]
+        ok &= np.isin(st.gpu_model, allowed)
+    return ok
+
+
+@dataclass(frozen=True)
+class _Releases:
+    """Release events of one resource, sorted by (slot, time), with running sums per slot."""
+
+    slot: IntArray
+    time: IntArray
+    cum: IntArray
+    slots: int
+
+    @classmethod
+    def build(cls, slot: IntArray, time: IntArray, amount: IntArray, slots: int) -> _Releases:
+        order = np.lexsort((time, slot))
+        slot, time, amount = slot[order], time[order], amount[order]
+        cum = np.cumsum(amount)
+        if len(cum):
+            first = np.r_[True, slot[1:] != slot[:-1]]
+            base = np.where(first, cum - amount, 0)
+            cum = cum - np.maximum.accumulate(base)
+        return cls(slot, time, cum, slots)
+
+    def first(self, free: IntArray, need: int, now: int) -> IntArray:
+        """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
+        out = np.where(free >= need, now, NEVER)
+        if need <= 0 or not len(self.slot):
+            return out
+        ok = np.flatnonzero(free[self.slot] + self.cum >= need)
+        slot = self.slot[ok]
+        first = ok[np.r_[True, slot[1:] != slot[:-1]]] if len(ok) else ok
+        out[self.slot[first]] = np.minimum(out[self.slot[first]], self.time[first])
+        return out
+
+
+@dataclass(frozen=True)
+class _Events:
+    cpu: _Releases
+    mem: _Releases
+    milli: _Releases
+    gmem: _Releases
+    mig_end: IntArray
+
+    @classmethod
+    def build(
+        cls, st: ClusterState, holders: Iterable[tuple[int, tuple[Assignment, ...]]]
+    ) -> _Events:
+        width = st.gpu_milli_free.shape[1]
+        node, time, cpu, mem = [], [], [], []
+        gslot, gtime, gmilli, gmem = [], [], [], []
+        mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
+        for end, assignments in holders:
+            for a in assignments:
+                node.append(a.node)
+                time.append(end)
+                cpu.append(a.cpu_milli)
+                mem.append(a.memory_mib)
+                for g in a.gpus:
+                    gslot.append(a.node * width + g)
+                    gtime.append(end)
+                    gmilli.append(a.gpu_milli)
+                    gmem.append(a.gpu_memory_mib)
+                if a.mig:
+                    mig_end[list(a.mig)] = end
+
+        def arr(values: list[int]) -> IntArray:
+            return np.asarray(values, dtype=np.int64)
+
+        n = st.num_nodes
+        return cls(
+            cpu=_Releases.build(arr(node), arr(time), arr(cpu), n),
+            mem=_Releases.build(arr(node), arr(time), arr(mem), n),
+            milli=_Releases.build(arr(gslot), arr(gtime), arr(gmilli), n * width),
+            gmem=_Releases.build(arr(gslot), arr(gtime), arr(gmem), n * width),
+            mig_end=np.where(st.mig_free, 0, np.where(mig_end > 0, mig_end, NEVER)),
+        )
