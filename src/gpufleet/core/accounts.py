@@ -1,0 +1,185 @@
+"""The account tree that fairshare divides the cluster by.
+
+An organisation's accounts nest (organisation -> team -> ...), and users hold
+associations with the accounts they may charge, as in Slurm's sacctmgr. Every
+association carries raw shares: a node's slice of its parent is its shares
+over the shares of all its siblings, so shares at one level need not sum to
+anything in particular.
+
+The tree is static configuration, stored columnar: association ``i`` has
+``parent[i]``, ``shares[i]`` and ``is_user[i]``; index 0 is the implicit root,
+and every parent precedes its children, so one pass in index order visits
+parents first. Usage is not part of the tree: it changes every cycle and lives
+in arrays over the same indices (see ``policies.fairshare``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.core.model import InvalidSpec
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+ROOT = "root"
+"""The implicit top of every tree; accounts with this parent hang off the whole cluster."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """An account under ``parent`` (another account, or ``ROOT``).
+
+    ``priority`` is Slurm's association Priority, read by the multifactor
+    association factor; None inherits the parent's (the root's is 0).
+    """
+
+    name: str
+    parent: str = ROOT
+    shares: float = 1.0
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A user's association with one account; a user may hold several."""
+
+    name: str
+    account: str
+    shares: float = 1.0
+    priority: int | None = None
+
+
+class AccountTree:
+    """Validated, columnar account tree.
+
+    Raises InvalidSpec naming the offending key (``accounts.NAME.parent``,
+    ``users.NAME.shares``, ...) for an unknown or cyclic parent, a duplicate
+    name, or shares that are not a positive finite number.
+    """
+
+    def __init__(self, accounts: Sequence[Account], users: Sequence[User]) -> None:
+        by_name: dict[str, Account] = {}
+        for acct in accounts:
+            key = f"accounts.{acct.name}"
+            if not acct.name or acct.name == ROOT:
+                raise InvalidSpec(key, f"an account needs a name other than {ROOT!r}")
+            if acct.name in by_name:
+                raise InvalidSpec(key, "defined twice")
+            _check_shares(f"{key}.shares", acct.shares)
+            by_name[acct.name] = acct
+
+        names: list[str] = [ROOT]
+        parent: list[int] = [-1]
+        shares: list[float] = [1.0]
+        priority: list[int] = [0]
+        index = {ROOT: 0}
+        # Parents before children: place each account after walking up to a placed ancestor.
+        for acct in accounts:
+            chain: list[Account] = []
+            cursor = acct
+            while cursor.name not in index:
+                if cursor in chain:
+                    looped = [*chain[chain.index(cursor) :], cursor]
+                    loop = " -> ".join(a.name for a in looped)
+                    raise InvalidSpec(f"accounts.{cursor.name}.parent", f"cycle {loop}")
+                chain.append(cursor)
+                if cursor.parent != ROOT and cursor.parent not in by_name:
+                    raise InvalidSpec(
+                        f"accounts.{cursor.name}.parent", f"unknown account {cursor.parent!r}"
+                    )
+                if cursor.parent == ROOT:
+                    break
+                cursor = by_name[cursor.parent]
+            for a in reversed(chain):
+                p = index[a.parent]
+                index[a.name] = len(names)
+                names.append(a.name)
+                parent.append(p)
+                shares.append(a.shares)
+                priority.append(priority[p] if a.priority is None else a.priority)
+        n_accounts = len(names)
+
+        self._users: dict[tuple[str, str], int] = {}
+        for user in users:
+            key = f"users.{user.name}"
+            if not user.name:
+                raise InvalidSpec(key, "a user needs a name")
+            if user.account not in by_name:
+                raise InvalidSpec(f"{key}.account", f"unknown account {user.account!r}")
+            if (user.account, user.name) in self._users:
+                raise InvalidSpec(key, f"associated with account {user.account!r} twice")
+            _check_shares(f"{key}.shares", user.shares)
+            p = index[user.account]
+            self._users[(user.account, user.name)] = len(names)
+            names.append(user.name)
+            parent.append(p)
+            shares.append(user.shares)
+            priority.append(priority[p] if user.priority is None else user.priority)
+
+        self._accounts = dict(index)
+        self.names: tuple[str, ...] = tuple(names)
+        self.parent: IntArray = np.array(parent, dtype=np.int64)
+        self.shares: FloatArray = np.array(shares, dtype=np.float64)
+        self.priority: IntArray = np.array(priority, dtype=np.int64)
+        self.is_user: BoolArray = np.arange(len(names)) >= n_accounts
+        kids: list[list[int]] = [[] for _ in names]
+        for i in range(1, len(names)):
+            kids[parent[i]].append(i)
+        self.children: tuple[tuple[int, ...], ...] = tuple(tuple(k) for k in kids)
+        # Each node's siblings' shares summed (its own included); 1 for the root.
+        totals = np.zeros(len(names))
+        np.add.at(totals, self.parent[1:], self.shares[1:])
+        self.sibling_shares: FloatArray = np.where(
+            np.arange(len(names)) == 0, 1.0, totals[np.maximum(self.parent, 0)]
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def n_users(self) -> int:
+        return int(self.is_user.sum())
+
+    def account(self, name: str) -> int:
+        """Index of an account (``ROOT`` is 0); KeyError if there is none."""
+        return self._accounts[name]
+
+    def user(self, account: str, name: str) -> int:
+        """Index of the association of user ``name`` with ``account``; KeyError if none."""
+        return self._users[(account, name)]
+
+    def rollup(self, usage: FloatArray) -> FloatArray:
+        """Usage of every association including all its descendants'.
+
+        ``usage`` holds what was charged to each association directly
+        (normally only to users); an account's result is that plus the sum
+        over its children, as Slurm accumulates usage up the tree.
+        """
+        total = np.array(usage, dtype=np.float64, copy=True)
+        for i in range(len(total) - 1, 0, -1):  # children come after their parents
+            total[self.parent[i]] += total[i]
+        return total
+
+    def normalized_shares(self) -> FloatArray:
+        """Each association's fraction of the whole cluster (Slurm's "Norm Shares").
+
+        A node's share of its parent times the parent's normalised share; the
+        root is 1 and the users of the tree together hold at most 1.
+        """
+        local = self.shares / self.sibling_shares
+        norm = np.ones(len(self))
+        for i in range(1, len(self)):
+            norm[i] = local[i] * norm[self.parent[i]]
+        return norm
+
+
+def _check_shares(key: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidSpec(key, f"must be a positive number, got {value}")

@@ -1,0 +1,386 @@
+"""Fairshare: the account tree, usage accounting, classic fairshare and Fair Tree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from gpufleet.core.accounts import ROOT, Account, AccountTree, User
+from gpufleet.core.model import InvalidSpec
+from gpufleet.policies.fairshare import (
+    FairshareArgs,
+    accrue,
+    billable_gpu_seconds,
+    classic,
+    decay,
+    factors,
+    fair_tree,
+)
+
+
+def usage_of(tree: AccountTree, **by_user: float) -> np.ndarray:
+    """Usage charged to users given as ``account__user=value``."""
+    out = np.zeros(len(tree))
+    for key, value in by_user.items():
+        account, user = key.split("__")
+        out[tree.user(account, user)] = value
+    return out
+
+
+# -- the account tree ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accounts", "users", "field", "fragment"),
+    [
+        ([Account("a", parent="nope")], [], "accounts.a.parent", "unknown account 'nope'"),
+        ([Account("a", parent="a")], [], "accounts.a.parent", "cycle a -> a"),
+        (
+            [Account("a", parent="c"), Account("b", parent="a"), Account("c", parent="b")],
+            [],
+            "accounts.a.parent",
+            "cycle a -> c -> b -> a",
+        ),
+        ([Account("a", shares=0)], [], "accounts.a.shares", "positive number, got 0"),
+        ([Account("a", shares=-2)], [], "accounts.a.shares", "got -2"),
+        ([Account("a", shares=float("nan"))], [], "accounts.a.shares", "got nan"),
+        ([Account("a"), Account("a")], [], "accounts.a", "defined twice"),
+        ([Account(ROOT)], [], "accounts.root", "other than 'root'"),
+        ([Account("a")], [User("u", "b")], "users.u.account", "unknown account 'b'"),
+        ([Account("a")], [User("u", "a", shares=0)], "users.u.shares", "got 0"),
+        ([Account("a")], [User("u", "a"), User("u", "a")], "users.u", "'a' twice"),
+    ],
+)
+def test_tree_rejects_naming_the_key(
+    accounts: list[Account], users: list[User], field: str, fragment: str
+) -> None:
+    with pytest.raises(InvalidSpec) as err:
+        AccountTree(accounts, users)
+    assert err.value.field == field
+    assert fragment in err.value.reason
+    assert "\n" not in str(err.value)
+
+
+def test_tree_orders_parents_first_whatever_the_input_order() -> None:
+    tree = AccountTree(
+        [Account("team", parent="org", shares=2), Account("org", shares=3)],
+        [User("alice", "team"), User("alice", "org", shares=5)],
+    )
+    assert tree.names == ("root", "org", "team", "alice", "alice")
+    assert tree.parent.tolist() == [-1, 0, 1, 2, 1]
+    assert tree.user("org", "alice") == 4
+    assert tree.is_user.tolist() == [False, False, False, True, True]
+    assert tree.n_users == 2
+
+
+def test_rollup_sums_children_into_parents() -> None:
+    tree = AccountTree(
+        [Account("org"), Account("t1", "org"), Account("t2", "org")],
+        [User("a", "t1"), User("b", "t1"), User("c", "t2")],
+    )
+    rolled = tree.rollup(usage_of(tree, t1__a=1.0, t1__b=2.0, t2__c=4.0))
+    # t1 = 1 + 2 = 3; t2 = 4; org = 3 + 4 = 7; root = 7
+    assert rolled[tree.account("t1")] == 3.0
+    assert rolled[tree.account("t2")] == 4.0
+    assert rolled[tree.account("org")] == 7.0
+    assert rolled[0] == 7.0
+
+
+def test_normalized_shares_multiply_down_the_tree() -> None:
+    tree = AccountTree(
+        [Account("a", shares=40), Account("d", shares=60), Account("b", "a", 30)],
+        [User("u1", "b"), User("u2", "b", shares=3)],
+    )
+    norm = tree.normalized_shares()
+    # a = 40/100 = 0.4; b is a's only child: 0.4; u2 = 3/4 of b = 0.3
+    assert norm[tree.account("a")] == pytest.approx(0.4)
+    assert norm[tree.account("b")] == pytest.approx(0.4)
+    assert norm[tree.user("b", "u2")] == pytest.approx(0.3)
+
+
+def test_association_priority_inherits_unless_set() -> None:
+    tree = AccountTree(
+        [Account("org", priority=5), Account("team", "org"), Account("vip", "org", priority=9)],
+        [User("a", "team"), User("b", "vip"), User("c", "team", priority=1)],
+    )
+    # a inherits team, which inherits org (5); b inherits vip (9); c sets its own (1)
+    assert tree.priority[tree.user("team", "a")] == 5
+    assert tree.priority[tree.user("vip", "b")] == 9
+    assert tree.priority[tree.user("team", "c")] == 1
+
+
+# -- usage accounting ---------------------------------------------------------
+
+
+def test_billable_gpu_seconds_multiplies_weight_and_usage_factor() -> None:
+    billed = billable_gpu_seconds(
+        np.array([3600.0, 3600.0]), np.array([2.0, 1.0]), np.array([1.0, 0.5])
+    )
+    # 3600 x 2 (H100 weight) x 1 = 7200; 3600 x 1 x 0.5 (half-price QoS) = 1800
+    assert billed.tolist() == [7200.0, 1800.0]
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "half_life", "expected"),
+    [
+        (0, 100, 800.0),  # no time passed
+        (100, 100, 400.0),  # one half-life: 800 / 2
+        (300, 100, 100.0),  # three half-lives: 800 / 8
+        (50, 100, 800.0 / 2**0.5),  # half a half-life: 800 / sqrt(2)
+        (10_000, 0, 800.0),  # half-life 0 disables decay
+    ],
+)
+def test_decay_halves_every_half_life(elapsed: int, half_life: int, expected: float) -> None:
+    assert decay(np.array([800.0]), elapsed, half_life)[0] == pytest.approx(expected)
+
+
+def test_decay_rejects_time_running_backwards() -> None:
+    with pytest.raises(ValueError, match="elapsed_s"):
+        decay(np.array([1.0]), -1, 100)
+
+
+def test_accrue_decays_then_charges_each_association() -> None:
+    usage = np.array([0.0, 100.0, 40.0])
+    after = accrue(usage, 60, 60, np.array([2, 2, 1]), np.array([5.0, 5.0, 1.0]))
+    # [0, 100/2 + 1, 40/2 + 5 + 5]
+    assert after.tolist() == [0.0, 51.0, 30.0]
+    assert usage.tolist() == [0.0, 100.0, 40.0]
+
+
+def test_args_reject_a_negative_half_life_naming_the_key() -> None:
+    with pytest.raises(ValidationError, match="half_life_s"):
+        FairshareArgs(half_life_s=-1)
+
+
+def test_billing_weight_defaults_to_one() -> None:
+    args = FairshareArgs(gpu_billing_weights={"H100-80GB": 2.0})
+    assert args.billing_weight("H100-80GB") == 2.0
+    assert args.billing_weight("T4") == 1.0
+
+
+# -- classic fairshare --------------------------------------------------------
+
+
+def slurm_example() -> tuple[AccountTree, np.ndarray]:
+    """The worked example of Slurm's "Classic Fairshare Algorithm" page.
+
+    Accounts A (40 shares) and D (60) under the root; B (30) and C (10) under A;
+    E (25) and F (35) under D. User 1 is in B, users 2 and 3 hold one share each
+    in C, user 4 is in E and user 5 in F. Users 1, 2 and 4 used 0.2, 0.25 and
+    0.25 of the machine: the page normalises by the machine's capacity, not by
+    the 0.7 used, hence ``total_usage=1``.
+    """
+    tree = AccountTree(
+        [
+            Account("A", shares=40),
+            Account("D", shares=60),
+            Account("B", "A", 30),
+            Account("C", "A", 10),
+            Account("E", "D", 25),
+            Account("F", "D", 35),
+        ],
+        [User("u1", "B"), User("u2", "C"), User("u3", "C"), User("u4", "E"), User("u5", "F")],
+    )
+    return tree, usage_of(tree, B__u1=0.2, C__u2=0.25, E__u4=0.25)
+
+
+def test_classic_reproduces_slurms_worked_example() -> None:
+    tree, usage = slurm_example()
+    table = classic(tree, usage, total_usage=1.0)
+    users = [tree.user(a, u) for a, u in (("B", "u1"), ("C", "u2"), ("C", "u3"), ("E", "u4"))]
+    users.append(tree.user("F", "u5"))
+    # effective usage of the accounts: B 0.2 + (0.45 - 0.2) x 30/40 = 0.3875,
+    # C 0.25 + (0.45 - 0.25) x 10/40 = 0.3, E 0.25 + 0 = 0.25, F 0 + 0.25 x 35/60 = 0.1458
+    accounts = [tree.account(a) for a in "BCEF"]
+    assert table.effective_usage[accounts] == pytest.approx([0.3875, 0.3, 0.25, 0.1458], abs=1e-4)
+    # users: u2 0.25 + (0.3 - 0.25) x 1/2 = 0.275; u3 0 + 0.3 x 1/2 = 0.15
+    assert table.norm_shares[users] == pytest.approx([0.3, 0.05, 0.05, 0.25, 0.35])
+    # F = 2^(-U_E/S): 2^(-.3875/.3), 2^(-.275/.05), 2^(-.15/.05), 2^(-.25/.25), 2^(-.1458/.35)
+    assert np.round(table.factor[users], 3).tolist() == [0.408, 0.022, 0.125, 0.5, 0.749]
+
+
+def test_classic_defaults_to_normalising_by_the_tree_total() -> None:
+    tree, usage = slurm_example()
+    table = classic(tree, usage)
+    # the 0.7 charged is now the whole: u1 0.2/0.7
+    assert table.norm_usage[tree.user("B", "u1")] == pytest.approx(0.2 / 0.7)
+    with pytest.raises(ValueError, match="total_usage"):
+        classic(tree, usage, total_usage=0.5)
+
+
+def test_classic_dampening_softens_the_factor() -> None:
+    tree, usage = slurm_example()
+    u2 = tree.user("C", "u2")
+    # d = 2: 2^(-.275/.05/2) = 2^-2.75 = 0.1487
+    damped = classic(tree, usage, total_usage=1.0, dampening_factor=2.0).factor[u2]
+    assert damped == pytest.approx(2**-2.75)
+
+
+def test_classic_without_usage_gives_everyone_one() -> None:
+    tree, usage = slurm_example()
+    assert classic(tree, usage * 0).factor.tolist() == [1.0] * len(tree)
+
+
+# -- Fair Tree ----------------------------------------------------------------
+
+
+def test_fair_tree_ranks_all_of_an_underserved_account_above_an_overserved_one() -> None:
+    tree = AccountTree(
+        [Account("busy", shares=50), Account("quiet", shares=50)],
+        [User("b1", "busy"), User("b2", "busy"), User("q1", "quiet"), User("q2", "quiet")],
+    )
+    # busy: 90 of 100 used for half the shares -> LF 0.5/0.9 = 0.56; quiet: 0.5/0.1 = 5.
+    # b1 has never run anything yet still ranks below q2, the heaviest quiet user.
+    table = fair_tree(tree, usage_of(tree, busy__b2=90.0, quiet__q1=2.0, quiet__q2=8.0))
+    fs = {tree.names[i]: table.factor[i] for i in range(len(tree)) if tree.is_user[i]}
+    # walk: quiet (q1: 0.5/0.2 = 2.5, q2: 0.5/0.8) then busy (b1: inf, b2: 0.5/1.0)
+    # 4 users: q1 4/4, q2 3/4, b1 2/4, b2 1/4
+    assert fs == {"q1": 1.0, "q2": 0.75, "b1": 0.5, "b2": 0.25}
+    assert table.level_fs[tree.account("busy")] == pytest.approx(0.5 / 0.9)
+
+
+def test_fair_tree_walks_every_level_depth_first() -> None:
+    tree, usage = slurm_example()
+    table = fair_tree(tree, usage)
+    # root's children: D (0.6/0.25*0.7 -> 0.6/(0.25/0.7) = 1.68) before A (0.4/(0.45/0.7) = 0.62)
+    # under D: F (no usage, inf) before E; under A: B (0.75/(0.2/0.45) = 1.69) before C
+    # under C: u3 (no usage) before u2. Order u5, u4, u1, u3, u2 -> 5/5 .. 1/5
+    order = [("F", "u5"), ("E", "u4"), ("B", "u1"), ("C", "u3"), ("C", "u2")]
+    assert [table.factor[tree.user(a, u)] for a, u in order] == [1.0, 0.8, 0.6, 0.4, 0.2]
+    assert table.level_fs[tree.account("D")] == pytest.approx(0.6 / (0.25 / 0.7))
+
+
+def test_fair_tree_sibling_users_with_equal_level_fs_share_a_rank() -> None:
+    tree = AccountTree(
+        [Account("a")],
+        [User("x", "a"), User("y", "a"), User("z", "a"), User("w", "a", shares=2)],
+    )
+    # x, y: never ran -> inf, tied; z: 0.2/0.2 = 1 and w: 0.4/0.8 = 0.5
+    table = fair_tree(tree, usage_of(tree, a__z=2.0, a__w=8.0))
+    fs = [table.factor[tree.user("a", u)] for u in "xyzw"]
+    # x and y share rank 4 -> 4/4; z is third met -> 2/4; w 1/4 (competition ranking)
+    assert fs == [1.0, 1.0, 0.5, 0.25]
+
+
+def test_fair_tree_ties_survive_rounding() -> None:
+    tree = AccountTree([Account("a")], [User("x", "a", shares=1), User("y", "a", shares=3)])
+    # LF x = 0.25/(0.1/0.4), y = 0.75/(0.3/0.4): both 1 on paper, not bit-for-bit in floats
+    table = fair_tree(tree, usage_of(tree, a__x=0.1, a__y=0.3))
+    assert table.factor[tree.user("a", "x")] == table.factor[tree.user("a", "y")] == 1.0
+
+
+def test_fair_tree_merges_tied_sibling_accounts() -> None:
+    tree = AccountTree(
+        [Account("a"), Account("b"), Account("c")],
+        [User("a1", "a"), User("a2", "a"), User("b1", "b"), User("c1", "c")],
+    )
+    # a and b used 10 of 40 each: LF (1/3)/(1/4) = 4/3, tied; c used 20: LF 2/3.
+    # Merged, a's and b's users sort together: a1 0.5/0.2 = 2.5, b1 1/1 = 1, a2 0.5/0.8.
+    table = fair_tree(tree, usage_of(tree, a__a1=2.0, a__a2=8.0, b__b1=10.0, c__c1=20.0))
+    order = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1")]
+    # without the merge b1 would come after a2
+    assert [table.factor[tree.user(a, u)] for a, u in order] == [1.0, 0.75, 0.5, 0.25]
+
+
+def test_fair_tree_user_tied_with_a_sibling_account_shares_its_first_rank() -> None:
+    tree = AccountTree([Account("a"), Account("sub", "a")], [User("u", "a"), User("s1", "sub")])
+    # neither u nor sub has usage: both inf under a; u sorts first, sub's s1 ties with it
+    table = fair_tree(tree, np.zeros(len(tree)))
+    assert table.factor[tree.user("a", "u")] == table.factor[tree.user("sub", "s1")] == 1.0
+
+
+def test_factors_selects_the_algorithm() -> None:
+    tree, usage = slurm_example()
+    u2 = tree.user("C", "u2")
+    assert factors(tree, usage, FairshareArgs()).tolist() == fair_tree(tree, usage).factor.tolist()
+    # classic normalises by the tree's 0.7 here, so u2 is not the page's 0.022
+    assert factors(tree, usage, FairshareArgs(algorithm="classic"))[u2] == pytest.approx(
+        classic(tree, usage).factor[u2]
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["fair_tree", "classic"])
+def test_usage_must_match_the_tree(algorithm: str) -> None:
+    tree, usage = slurm_example()
+    args = FairshareArgs(algorithm=algorithm)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="usage: 3 entries for 12 associations"):
+        factors(tree, usage[:3], args)
+    with pytest.raises(ValueError, match="usage: must be finite"):
+        factors(tree, -usage, args)
+
+
+# -- convergence --------------------------------------------------------------
+
+
+@st.composite
+def trees(draw: st.DrawFn, *, nested: bool) -> AccountTree:
+    """Two to four organisations with 1-100 shares; each holds users directly
+    (``nested=False``: one user each) or one to three teams of one to three users.
+    """
+    orgs = [
+        Account(f"o{i}", shares=draw(st.integers(1, 100))) for i in range(draw(st.integers(2, 4)))
+    ]
+    if not nested:
+        return AccountTree(orgs, [User("u", o.name) for o in orgs])
+    teams = [
+        Account(f"{o.name}t{j}", o.name, shares=draw(st.integers(1, 10)))
+        for o in orgs
+        for j in range(draw(st.integers(1, 3)))
+    ]
+    users = [
+        User(f"u{k}", t.name, shares=draw(st.integers(1, 10)))
+        for t in teams
+        for k in range(draw(st.integers(1, 3)))
+    ]
+    return AccountTree(orgs + teams, users)
+
+
+def grant_to_the_highest_factor(tree: AccountTree, args: FairshareArgs, rounds: int) -> np.ndarray:
+    """Each round, one unit of GPU time goes to the user with the highest factor.
+
+    Usage decays with a half-life of 200 rounds; returns each association's
+    share of the rolled-up usage.
+    """
+    usage = np.zeros(len(tree))
+    users = np.flatnonzero(tree.is_user)
+    for _ in range(rounds):
+        winner = users[np.argmax(factors(tree, usage, args)[users])]
+        usage = accrue(usage, 1, 200, np.array([winner]), np.array([1.0]))
+    rolled = tree.rollup(usage)
+    return rolled / rolled[0]
+
+
+@settings(max_examples=15)
+@given(tree=trees(nested=True))
+def test_fair_tree_converges_to_the_shares_at_every_level(tree: AccountTree) -> None:
+    got = grant_to_the_highest_factor(tree, FairshareArgs(algorithm="fair_tree"), 400)
+    assert got == pytest.approx(tree.normalized_shares(), abs=0.03)
+
+
+@settings(max_examples=15)
+@given(tree=trees(nested=False))
+def test_classic_converges_to_the_shares_with_one_user_per_account(tree: AccountTree) -> None:
+    got = grant_to_the_highest_factor(tree, FairshareArgs(algorithm="classic"), 400)
+    assert got == pytest.approx(tree.normalized_shares(), abs=0.03)
+
+
+def test_classic_misses_the_account_shares_when_users_split_an_account() -> None:
+    """Why Fair Tree replaced classic: two accounts of equal shares, one with two users.
+
+    At balance a user of ``pair`` has U_E = U/2 + (U - U/2) x 1/2 = 0.75 U over
+    S = 0.25, so F = 2^(-3 U); ``solo``'s user has F = 2^(-2 U'). The factors
+    meet at 3 U = 2 U', i.e. solo 0.6 and pair 0.4, not 0.5 each.
+    """
+    tree = AccountTree(
+        [Account("solo"), Account("pair")],
+        [User("s", "solo"), User("p1", "pair"), User("p2", "pair")],
+    )
+    shares = {
+        a: grant_to_the_highest_factor(tree, FairshareArgs(algorithm=a), 400)[1]
+        for a in ("classic", "fair_tree")
+    }
+    assert shares["classic"] == pytest.approx(0.6, abs=0.02)
+    assert shares["fair_tree"] == pytest.approx(0.5, abs=0.02)
