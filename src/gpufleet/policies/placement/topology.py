@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
@@ -113,17 +114,48 @@ class _Layout:
         self.num_switches = len(names)
 
 
-def _group_counts(rank: IntArray, free: BoolArray) -> IntArray:
-    """(options x groups): free GPUs per group, from per-GPU group ranks."""
-    onehot = rank[:, :, None] == np.arange(rank.shape[1])[None, None, :]
-    return (onehot & free[:, :, None]).sum(axis=1)  # type: ignore[no-any-return]
+@njit(cache=True, nogil=True)
+def _locality(
+    free: BoolArray, domain: IntArray, numa: IntArray, nodes: IntArray, need: int
+) -> FloatArray:
+    """GPU locality score of each option node (see ``Topology``); one pass per node.
 
-
-def _smallest_fit(counts: IntArray, need: int) -> IntArray:
-    """Per row, the smallest count that is at least ``need`` (-1 where none is)."""
-    big = np.iinfo(np.int64).max
-    best = np.where(counts >= need, counts, big).min(axis=1, initial=big)
-    return np.where(best == big, -1, best)
+    ``domain`` and ``numa`` hold dense group ranks, so a node's groups index a
+    scratch array as long as its row of GPUs.
+    """
+    g = free.shape[1]
+    out = np.empty(nodes.shape[0], dtype=np.float64)
+    in_domain = np.zeros(g, dtype=np.int64)
+    in_numa = np.zeros(g, dtype=np.int64)
+    for k in range(nodes.shape[0]):
+        i = nodes[k]
+        in_domain[:] = 0
+        in_numa[:] = 0
+        for j in range(g):
+            if free[i, j]:
+                in_domain[domain[i, j]] += 1
+                in_numa[numa[i, j]] += 1
+        # The smallest group that fits, as the picker would take it.
+        best_domain = g + 1
+        best_numa = g + 1
+        for c in range(g):
+            if need <= in_domain[c] < best_domain:
+                best_domain = in_domain[c]
+            if need <= in_numa[c] < best_numa:
+                best_numa = in_numa[c]
+        if best_domain <= g:
+            out[k] = DOMAIN - PENALTY * (best_domain - need) / g
+        elif best_numa <= g:
+            out[k] = NUMA - PENALTY * (best_numa - need) / g
+        else:
+            # Fewest domains to span: the largest first until they hold the request.
+            ordered = np.sort(in_domain)[::-1]
+            spans, held = 0, 0
+            while held < need and spans < g:
+                held += ordered[spans]
+                spans += 1
+            out[k] = SPREAD - PENALTY * (spans - 1) / g
+    return out
 
 
 class Topology:
@@ -143,7 +175,8 @@ class Topology:
     with more feasible nodes. Nodes with no ``switch`` share the group "".
 
     Per-state facts are worked out once and kept while the state is the same
-    object; scoring is a few numpy passes over the options, no loop per node.
+    object; GPU locality is one compiled pass over the option nodes, since
+    a dozen numpy passes per request cost more than the scoring itself.
     """
 
     NAME: ClassVar[str] = "topology"
@@ -160,32 +193,11 @@ class Topology:
         lay = self.layout(ctx.state)
         scores = np.zeros(len(ctx.options), dtype=np.float64)
         if ctx.request.gpus:
-            scores += self._gpu_locality(ctx, lay)
+            free = ctx.eligible_gpus
+            scores += _locality(free, lay.domain, lay.numa, ctx.options.node, ctx.request.gpus)
         if ctx.request.nodes > 1:
             scores -= SWITCH_STEP * self._switch_rank(ctx, lay)
         return scores
-
-    @staticmethod
-    def _gpu_locality(ctx: PlacementContext, lay: _Layout) -> FloatArray:
-        nodes, need = ctx.options.node, ctx.request.gpus
-        free = ctx.eligible_gpus[nodes]
-        per_node = max(free.shape[1], 1)
-        domains = _group_counts(lay.domain[nodes], free)
-        numas = _group_counts(lay.numa[nodes], free)
-        in_domain = _smallest_fit(domains, need)
-        in_numa = _smallest_fit(numas, need)
-        # Fewest domains to span: the largest first until they hold the request.
-        spans = (np.cumsum(-np.sort(-domains, axis=1), axis=1) < need).sum(axis=1) + 1
-        locality: FloatArray = np.where(
-            in_domain >= 0,
-            DOMAIN - PENALTY * (in_domain - need) / per_node,
-            np.where(
-                in_numa >= 0,
-                NUMA - PENALTY * (in_numa - need) / per_node,
-                SPREAD - PENALTY * (spans - 1) / per_node,
-            ),
-        )
-        return locality
 
     @staticmethod
     def _switch_rank(ctx: PlacementContext, lay: _Layout) -> IntArray:
