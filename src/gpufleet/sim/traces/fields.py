@@ -1,0 +1,95 @@
+"""Reading a trace's text fields, and saying exactly where one is wrong.
+
+Every loader reports a bad value as ``TraceError(path, row, field, reason)``:
+the row is the 1-based line of the file (a header is line 1) and the field is
+the column as the file names it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from gpufleet.core.model import InvalidSpec
+from gpufleet.sim.openb import TraceError
+
+
+def open_text(path: Path) -> TextIO:
+    """Open a UTF-8 text file, turning OS errors into TraceError."""
+    try:
+        return path.open(newline="", encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError(path, None, None, "no such file") from None
+    except OSError as e:
+        raise TraceError(path, None, None, e.strerror or str(e)) from None
+
+
+def table_rows(
+    path: Path, required: tuple[str, ...], *, delimiter: str = ","
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) for each data row of a delimited file with a header line.
+
+    Raises TraceError for a required column missing from the header and for
+    a row with too few or too many fields. Blank lines are skipped.
+    """
+    with open_text(path) as handle:
+        # Only comma files quote; sacct writes a job name's quotes as they are.
+        if delimiter == ",":
+            reader = csv.DictReader(handle)
+        else:
+            reader = csv.DictReader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE)
+        try:
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceError(path, 1, missing[0], "column missing from the header")
+            for row in reader:
+                if None in row or any(v is None for v in row.values()):
+                    raise TraceError(path, reader.line_num, None, f"expected {len(header)} fields")
+                yield reader.line_num, {k: v.strip() for k, v in row.items()}
+        except UnicodeDecodeError:
+            raise TraceError(path, reader.line_num + 1, None, "not UTF-8 text") from None
+
+
+def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> int:
+    """A whole number of at least ``minimum``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceError(path, line, field, f"{text!r} is not a whole number") from None
+    if value < minimum:
+        raise TraceError(path, line, field, f"must be {minimum} or more, got {value}")
+    return value
+
+
+def seconds(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> int:
+    """A time in seconds, decimals rounded to the nearest second, at least ``minimum``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(path, line, field, f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise TraceError(path, line, field, f"must be finite, got {text!r}")
+    rounded = round(value)
+    if rounded < minimum:
+        raise TraceError(path, line, field, f"must be {minimum} or more, got {text}")
+    return rounded
+
+
+@contextmanager
+def located(path: Path, line: int, columns: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Re-raise an InvalidSpec from building a record as a TraceError at ``line``.
+
+    ``columns`` renames a record field (``request.gpus``) to the column the
+    file calls it (``num_gpu``); unnamed ones lose their ``request.`` prefix.
+    """
+    try:
+        yield
+    except InvalidSpec as e:
+        names = columns or {}
+        field = names.get(e.field, e.field.removeprefix("request."))
+        raise TraceError(path, line, field, e.reason) from None

@@ -1,0 +1,84 @@
+"""The neutral job record every trace loader produces.
+
+A ``TraceJob`` says what a job asked for and how long it really ran, nothing
+about how any scheduler treated it, so a replay driver can turn it into its
+own job type. Times are whole seconds from the trace's origin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.core.model import InvalidSpec, Request
+
+PRIORITY_CLASSES = ("high", "normal", "low")
+"""Coarse priority tiers a trace can express; policies map them to numbers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceJob:
+    """One job of a workload trace.
+
+    ``duration_s`` is the runtime the job actually had (what the replay
+    charges), ``time_limit_s`` the limit the user asked for (None: no
+    limit). ``request`` is one task's share; a gang over ``request.nodes``
+    nodes needs it on each. ``checkpoint_interval_s`` (None: never) bounds
+    the work lost when the job is preempted or its node fails.
+    """
+
+    id: str
+    submit_time: int
+    duration_s: int
+    request: Request
+    user: str = ""
+    account: str = ""
+    qos: str = ""
+    partition: str = ""
+    time_limit_s: int | None = None
+    preemptible: bool = False
+    priority_class: str = "normal"
+    checkpoint_interval_s: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise InvalidSpec("id", "must not be empty")
+        if self.submit_time < 0:
+            raise InvalidSpec("submit_time", f"must be zero or more, got {self.submit_time}")
+        if self.duration_s < 0:
+            raise InvalidSpec("duration_s", f"must be zero or more, got {self.duration_s}")
+        for name in ("time_limit_s", "checkpoint_interval_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InvalidSpec(name, f"must be more than zero (or absent), got {value}")
+        if self.priority_class not in PRIORITY_CLASSES:
+            known = ", ".join(PRIORITY_CLASSES)
+            raise InvalidSpec(
+                "priority_class", f"must be one of {known}, got {self.priority_class!r}"
+            )
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds the job consumes when it runs to completion (fractions count)."""
+        return self.request.total_gpu_milli * self.duration_s / 1000
+
+
+def whole_gpus(
+    gpus: int, gpus_per_node: int, *, cpu_milli: int = 0, memory_mib: int = 0
+) -> Request:
+    """Request ``gpus`` whole GPUs: on one node when they fit, else a gang of full nodes.
+
+    A job larger than a node takes ``ceil(gpus / gpus_per_node)`` whole nodes,
+    so 12 GPUs on 8-GPU nodes become 2 x 8 (rounded up, since a job that big
+    is laid out per node). ``cpu_milli`` and ``memory_mib`` are per task.
+    """
+    if gpus_per_node <= 0:
+        raise InvalidSpec("gpus_per_node", f"must be more than zero, got {gpus_per_node}")
+    if gpus <= gpus_per_node:
+        return Request(gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    nodes = -(-gpus // gpus_per_node)
+    return Request(gpus=gpus_per_node, nodes=nodes, cpu_milli=cpu_milli, memory_mib=memory_mib)
+
+
+def by_submit(jobs: list[TraceJob]) -> list[TraceJob]:
+    """Jobs ordered by submit time; ties keep the trace's order (the sort is stable)."""
+    return sorted(jobs, key=lambda job: job.submit_time)

@@ -1,0 +1,219 @@
+"""Loader for Slurm accounting records: the output of ``sacct -a -X -P``.
+
+Ask sacct for at least these fields (``--format``), in any order::
+
+    JobID,User,Account,Partition,QOS,Submit,Start,Elapsed,Timelimit,State,
+    NNodes,AllocTRES,ReqTRES
+
+``-P`` separates fields with ``|`` (``-p``'s trailing ``|`` is accepted too);
+``-X`` keeps one line per allocation. Should steps slip in (a ``JobID`` with a
+dot), they are ignored. Mapping:
+
+* ``Submit`` -> ``submit_time``, in seconds after the earliest ``Submit`` of
+  the file (sacct prints local time without a zone, so only differences mean
+  anything).
+* ``Elapsed`` -> ``duration_s``; when the file has no ``Elapsed`` column,
+  ``End - Start``. A job still running counts its time so far.
+* ``Timelimit`` -> ``time_limit_s``; ``UNLIMITED`` and ``Partition_Limit``
+  mean none. Durations read as ``[D-]HH:MM:SS``, ``HH:MM:SS``, ``MM:SS`` or
+  minutes, as Slurm writes them.
+* ``AllocTRES`` (``ReqTRES`` when there is no ``AllocTRES`` column) ->
+  ``request``: ``gres/gpu=N`` (or the sum of ``gres/gpu:TYPE=N``) GPUs,
+  ``cpu=N`` and ``mem=`` (K/M/G/T suffixes) divided over ``NNodes`` nodes,
+  rounded up, so a 2-node job becomes a gang of 2 equal tasks. With
+  ``SacctOptions.gpu_models`` a ``gres/gpu:TYPE`` restricts the job to the
+  mapped catalog model; without it the job takes any model.
+* ``User``, ``Account``, ``QOS``, ``Partition`` copied as they are.
+
+Jobs that never started are skipped: ``State`` PENDING, a ``Start`` of
+``Unknown``/``None``, or an empty ``AllocTRES`` (nothing was allocated, as
+for a job cancelled while pending). Timestamps read as ISO 8601.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from gpufleet.core.catalog import gpu_memory_mib
+from gpufleet.core.model import Request
+from gpufleet.sim.openb import TraceError
+from gpufleet.sim.traces.fields import count, located, table_rows
+from gpufleet.sim.traces.record import TraceJob, by_submit
+
+COLUMNS = (
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "QOS",
+    "Submit",
+    "Start",
+    "Timelimit",
+    "State",
+    "NNodes",
+)
+NO_TIME = frozenset({"", "Unknown", "None"})
+NO_LIMIT = frozenset({"UNLIMITED", "Partition_Limit", "NONE", "INVALID"})
+_MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+class SacctOptions(BaseModel):
+    """How sacct's site-specific names map onto gpufleet's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_models: dict[str, str] = {}
+    """gres GPU type (``h100``) -> catalog model (``H100-80GB``); unmapped types take any."""
+
+    @field_validator("gpu_models")
+    @classmethod
+    def _known_models(cls, value: dict[str, str]) -> dict[str, str]:
+        for model in value.values():
+            gpu_memory_mib(model, "gpu_models")
+        return value
+
+
+def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob]:
+    """Jobs that ran, by submit time. TraceError names the line and column."""
+    options = options or SacctOptions()
+    started: list[tuple[datetime, TraceJob]] = []
+    tres_column = duration_column = ""
+    for line, row in table_rows(path, COLUMNS, delimiter="|"):
+        if not tres_column:
+            tres_column = _pick(path, row, ("AllocTRES", "ReqTRES"))
+            duration_column = _pick(path, row, ("Elapsed", "End"))
+        if "." in row["JobID"]:
+            continue
+        start = _timestamp(path, line, "Start", row["Start"])
+        state = row["State"].split(" ", 1)[0]
+        if state == "PENDING" or start is None or not row[tres_column]:
+            continue
+        submit = _timestamp(path, line, "Submit", row["Submit"])
+        if submit is None:
+            raise TraceError(path, line, "Submit", f"{row['Submit']!r}: a job needs a submit time")
+        if duration_column == "Elapsed":
+            duration = _duration(path, line, "Elapsed", row["Elapsed"])
+        else:
+            end = _timestamp(path, line, "End", row["End"])
+            if end is None:
+                raise TraceError(path, line, "End", "a job that started needs an end time")
+            duration = max(0, int((end - start).total_seconds()))
+        nodes = count(path, line, "NNodes", row["NNodes"], minimum=1)
+        with located(path, line, {"request": tres_column, "id": "JobID"}):
+            job = TraceJob(
+                id=row["JobID"],
+                submit_time=0,  # set below, once the file's origin is known
+                duration_s=duration,
+                time_limit_s=_limit(path, line, row["Timelimit"]),
+                request=_request(path, line, tres_column, row[tres_column], nodes, options),
+                user=row["User"],
+                account=row["Account"],
+                qos=row["QOS"],
+                partition=row["Partition"],
+            )
+        started.append((submit, job))
+    if not started:
+        raise TraceError(path, None, None, "holds no job that started")
+    origin = min(submit for submit, _ in started)
+    return by_submit(
+        [
+            replace(job, submit_time=int((submit - origin).total_seconds()))
+            for submit, job in started
+        ]
+    )
+
+
+def _pick(path: Path, row: dict[str, str], choices: tuple[str, ...]) -> str:
+    """The first of ``choices`` the file has as a column."""
+    for name in choices:
+        if name in row:
+            return name
+    raise TraceError(path, 1, choices[0], "column missing from the header")
+
+
+def _timestamp(path: Path, line: int, field: str, text: str) -> datetime | None:
+    """An ISO timestamp, or None for Slurm's Unknown/None. Zoneless times read as UTC."""
+    if text in NO_TIME:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise TraceError(path, line, field, f"{text!r} is not an ISO timestamp") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def slurm_seconds(text: str) -> int:
+    """Seconds of a Slurm duration: ``[D-]HH:MM:SS``, ``D-HH[:MM]``, ``MM:SS`` or minutes.
+
+    Raises ValueError on anything else. Fractional seconds round up.
+    """
+    days_text, dash, clock = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = clock.split(":")
+    if not dash and len(parts) == 1:
+        parts = ["0", parts[0], "0"]  # bare minutes
+    elif not dash and len(parts) == 2:
+        parts = ["0", *parts]  # MM:SS
+    if len(parts) > 3 or not all(parts) or not days_text.isdigit():
+        raise ValueError(text)
+    parts += ["0"] * (3 - len(parts))
+    hours, minutes = int(parts[0]), int(parts[1])
+    secs = float(parts[2])
+    if hours < 0 or not 0 <= minutes < 60 or not 0 <= secs < 60:
+        raise ValueError(text)
+    return ((int(days_text) * 24 + hours) * 60 + minutes) * 60 + math.ceil(secs)
+
+
+def _duration(path: Path, line: int, field: str, text: str) -> int:
+    try:
+        return slurm_seconds(text)
+    except ValueError:
+        raise TraceError(
+            path, line, field, f"{text!r} is not a Slurm duration ([D-]HH:MM:SS)"
+        ) from None
+
+
+def _limit(path: Path, line: int, text: str) -> int | None:
+    return None if text in NO_LIMIT else _duration(path, line, "Timelimit", text)
+
+
+def _request(
+    path: Path, line: int, field: str, text: str, nodes: int, options: SacctOptions
+) -> Request:
+    """One node's share of a TRES list such as ``cpu=4,mem=16G,gres/gpu:h100=8``."""
+    tres: dict[str, str] = {}
+    for entry in text.split(","):
+        key, eq, value = entry.partition("=")
+        if not eq or not key or not value:
+            raise TraceError(path, line, field, f"{entry!r} is not a name=value TRES entry")
+        tres[key] = value
+    typed = {k.removeprefix("gres/gpu:"): v for k, v in tres.items() if k.startswith("gres/gpu:")}
+    if "gres/gpu" in tres:
+        gpus = count(path, line, field, tres["gres/gpu"])
+    else:
+        gpus = sum(count(path, line, field, v) for v in typed.values())
+    cpus = count(path, line, field, tres.get("cpu", "0"))
+    memory = _mib(path, line, field, tres.get("mem", "0"))
+    models = frozenset(options.gpu_models[t] for t in typed if t in options.gpu_models)
+    return Request(
+        gpus=-(-gpus // nodes),
+        cpu_milli=-(-cpus * 1000 // nodes),
+        memory_mib=-(-memory // nodes),
+        gpu_models=models if gpus else frozenset(),
+        nodes=nodes,
+    )
+
+
+def _mib(path: Path, line: int, field: str, text: str) -> int:
+    """MiB of a Slurm memory amount such as ``4000M`` or ``62.50G`` (no unit: MiB)."""
+    unit = text[-1].upper() if text[-1:].isalpha() else "M"
+    number = text[:-1] if text[-1:].isalpha() else text
+    try:
+        value = float(number) * _MIB_PER_UNIT[unit]
+    except (KeyError, ValueError):
+        raise TraceError(path, line, field, f"mem={text!r} is not a memory amount") from None
+    return math.ceil(value)

@@ -1,0 +1,246 @@
+"""A seeded generator of realistic mixed GPU workloads.
+
+``generate(n_jobs, seed=..., gpus_total=...)`` draws, for each job, all at
+once with numpy (100,000 jobs take well under a second to draw):
+
+* **Size** from ``WorkloadShape.size_mix``: GPUs per job, where a fraction
+  (0.25) is a share of one GPU, and a job wider than a node is a gang of
+  whole nodes. Sizes larger than the cluster are left out of the mix. The
+  default keeps 1-GPU jobs the most common, with a fifth of jobs fractional
+  and a few percent multi-node, the shape the Philly, Helios and PAI traces
+  report: most jobs are small, most GPU time goes to the large ones.
+* **Duration** from a log-normal (heavy-tailed: the p99 is about 60 times
+  the median at the default ``duration_sigma`` 1.8), with the median growing
+  as ``gpus ** size_duration_exponent`` (larger jobs run longer), clipped to
+  ``[min_duration_s, max_duration_s]``.
+* **Arrival** from a Poisson process whose rate makes the offered load
+  (GPU-seconds asked per second over ``gpus_total``) equal ``load`` for the
+  sizes and durations drawn.
+* **User** from a Zipf law over ``users`` users (exponent ``user_skew``, so
+  a few users submit most jobs); each user belongs to one of ``accounts``
+  accounts, themselves drawn by a Zipf law, so accounts differ in size.
+* **Priority** from ``priority_mix`` (the QoS is named after the class;
+  ``low`` jobs are preemptible), a time limit the user overestimates by
+  1 to ``limit_overestimate`` times and rounds up to an hour, and a
+  checkpoint every ``checkpoint_interval_s`` for ``checkpoint_share`` of
+  the jobs that run longer than that.
+
+The same arguments and seed always give the same jobs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpufleet.core.model import MILLI, InvalidSpec, Request
+from gpufleet.sim.openb import TraceError
+from gpufleet.sim.traces.record import PRIORITY_CLASSES, TraceJob, whole_gpus
+
+FloatArray = NDArray[np.float64]
+
+DEFAULT_SIZE_MIX: dict[float, float] = {
+    0.25: 0.08,
+    0.5: 0.12,
+    1: 0.45,
+    2: 0.10,
+    4: 0.10,
+    8: 0.09,
+    16: 0.03,
+    32: 0.02,
+    64: 0.01,
+}
+
+
+class WorkloadShape(BaseModel):
+    """The knobs of the synthetic workload; see the module docstring for each."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    load: float = Field(0.85, gt=0, le=10, description="offered GPU load, 1.0 = cluster-sized")
+    gpus_per_node: int = Field(8, gt=0)
+    size_mix: dict[float, float] = Field(default_factory=lambda: dict(DEFAULT_SIZE_MIX))
+    duration_median_s: float = Field(1200, gt=0)
+    duration_sigma: float = Field(1.8, ge=0)
+    size_duration_exponent: float = Field(0.3, ge=0)
+    min_duration_s: int = Field(10, gt=0)
+    max_duration_s: int = Field(7 * 86400, gt=0)
+    users: int = Field(100, gt=0)
+    accounts: int = Field(10, gt=0)
+    user_skew: float = Field(1.1, ge=0)
+    priority_mix: dict[str, float] = Field(
+        default_factory=lambda: {"high": 0.1, "normal": 0.7, "low": 0.2}
+    )
+    limit_overestimate: float = Field(4.0, ge=1)
+    checkpoint_interval_s: int = Field(1800, gt=0)
+    checkpoint_share: float = Field(0.5, ge=0, le=1)
+    cpu_milli_per_gpu: int = Field(8000, ge=0)
+    memory_mib_per_gpu: int = Field(64 * 1024, ge=0)
+    partition: str = "gpu"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadShape:
+        for size, weight in self.size_mix.items():
+            fraction = 0 < size < 1 and 0 < round(size * MILLI) < MILLI
+            whole = size >= 1 and size == int(size)
+            if not (fraction or whole):
+                raise ValueError(f"size_mix: {size} is neither a GPU fraction nor whole GPUs")
+            if whole and size > self.gpus_per_node and size % self.gpus_per_node:
+                raise ValueError(
+                    f"size_mix: {size} GPUs is not whole {self.gpus_per_node}-GPU nodes"
+                )
+            if weight < 0:
+                raise ValueError(f"size_mix: weight of {size} is negative")
+        for name, weight in self.priority_mix.items():
+            if name not in PRIORITY_CLASSES or weight < 0:
+                known = ", ".join(PRIORITY_CLASSES)
+                raise ValueError(f"priority_mix: {name}={weight} (classes: {known}, weights >= 0)")
+        if sum(self.priority_mix.values()) <= 0:
+            raise ValueError("priority_mix: weights sum to zero")
+        if self.min_duration_s > self.max_duration_s:
+            raise ValueError("min_duration_s: must not exceed max_duration_s")
+        return self
+
+
+def generate(
+    n_jobs: int, *, seed: int, gpus_total: int, shape: WorkloadShape | None = None
+) -> list[TraceJob]:
+    """``n_jobs`` jobs for a cluster of ``gpus_total`` GPUs, by submit time.
+
+    Raises InvalidSpec (a ValueError) when the counts are not positive or no size of the mix
+    fits the cluster.
+    """
+    if n_jobs <= 0:
+        raise InvalidSpec("n_jobs", f"must be more than zero, got {n_jobs}")
+    if gpus_total <= 0:
+        raise InvalidSpec("gpus_total", f"must be more than zero, got {gpus_total}")
+    shape = shape or WorkloadShape()
+    rng = np.random.default_rng(seed)
+    mix = {size: w for size, w in sorted(shape.size_mix.items()) if size <= gpus_total and w > 0}
+    if not mix:
+        raise InvalidSpec("size_mix", f"no size with weight fits {gpus_total} GPUs")
+    sizes = np.array(list(mix), dtype=np.float64)
+    size_index = rng.choice(len(sizes), size=n_jobs, p=_normalised(list(mix.values())))
+    gpus = sizes[size_index]
+
+    median = shape.duration_median_s * np.maximum(gpus, 1.0) ** shape.size_duration_exponent
+    raw = median * np.exp(shape.duration_sigma * rng.standard_normal(n_jobs))
+    durations = np.clip(np.rint(raw), shape.min_duration_s, shape.max_duration_s).astype(np.int64)
+
+    # Rate that makes GPU-seconds asked per second equal load x capacity.
+    rate = shape.load * gpus_total / float(np.mean(gpus * durations))
+    submits = np.floor(np.cumsum(rng.exponential(1 / rate, size=n_jobs))).astype(np.int64)
+
+    users = rng.choice(shape.users, size=n_jobs, p=_zipf(shape.users, shape.user_skew))
+    account_of_user = rng.choice(
+        shape.accounts, size=shape.users, p=_zipf(shape.accounts, shape.user_skew)
+    ).tolist()
+
+    classes = list(shape.priority_mix)
+    priority = rng.choice(
+        len(classes), size=n_jobs, p=_normalised(list(shape.priority_mix.values()))
+    )
+    factor = rng.uniform(1.0, shape.limit_overestimate, size=n_jobs)
+    limits = (np.ceil(durations * factor / 3600) * 3600).astype(np.int64)
+    checkpoints = (durations > shape.checkpoint_interval_s) & (
+        rng.random(n_jobs) < shape.checkpoint_share
+    )
+
+    # Python values and names built once: indexing numpy per job costs more than the draws.
+    requests = [_request(size, shape) for size in mix]
+    user_names = [f"user{u:0{len(str(shape.users - 1))}d}" for u in range(shape.users)]
+    account_names = [f"acct{a:0{len(str(shape.accounts - 1))}d}" for a in range(shape.accounts)]
+    id_width = len(str(n_jobs - 1))
+    checkpoint = shape.checkpoint_interval_s
+    rows = zip(
+        submits.tolist(),
+        durations.tolist(),
+        size_index.tolist(),
+        users.tolist(),
+        priority.tolist(),
+        limits.tolist(),
+        checkpoints.tolist(),
+        strict=True,
+    )
+    return [
+        TraceJob(
+            id=f"syn{i:0{id_width}d}",
+            submit_time=submit,
+            duration_s=duration,
+            request=requests[size],
+            user=user_names[user],
+            account=account_names[account_of_user[user]],
+            qos=classes[cls],
+            partition=shape.partition,
+            time_limit_s=limit,
+            preemptible=classes[cls] == "low",
+            priority_class=classes[cls],
+            checkpoint_interval_s=checkpoint if checkpointed else None,
+        )
+        for i, (submit, duration, size, user, cls, limit, checkpointed) in enumerate(rows)
+    ]
+
+
+def generate_from_options(text: str) -> list[TraceJob]:
+    """Jobs from ``key=value`` pairs separated by commas, as in a trace spec.
+
+    ``n_jobs``, ``seed`` and ``gpus_total`` are required; any scalar
+    ``WorkloadShape`` field may follow (``load=0.9,users=50``). Raises
+    TraceError naming the bad option.
+    """
+    options: dict[str, str] = {}
+    for pair in filter(None, text.split(",")):
+        key, eq, value = pair.partition("=")
+        if not eq:
+            raise TraceError("synthetic", None, key.strip(), "expected key=value")
+        options[key.strip()] = value.strip()
+    counts = {}
+    for key in ("n_jobs", "seed", "gpus_total"):
+        if key not in options:
+            raise TraceError("synthetic", None, key, "required")
+        try:
+            counts[key] = int(options.pop(key))
+        except ValueError:
+            raise TraceError("synthetic", None, key, "must be a whole number") from None
+    try:
+        shape = WorkloadShape.model_validate(options)
+        return generate(
+            counts["n_jobs"], seed=counts["seed"], gpus_total=counts["gpus_total"], shape=shape
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise TraceError("synthetic", None, field, first["msg"]) from None
+    except ValueError as e:
+        raise TraceError("synthetic", None, None, str(e)) from None
+
+
+def _request(size: float, shape: WorkloadShape) -> Request:
+    """One task of a job of ``size`` GPUs, with CPU and memory in proportion."""
+    if size < 1:
+        milli = round(size * MILLI)
+        return Request(
+            gpu_milli=milli,
+            cpu_milli=shape.cpu_milli_per_gpu * milli // MILLI,
+            memory_mib=shape.memory_mib_per_gpu * milli // MILLI,
+        )
+    gpus = int(size)
+    per_task = min(gpus, shape.gpus_per_node)
+    return whole_gpus(
+        gpus,
+        shape.gpus_per_node,
+        cpu_milli=shape.cpu_milli_per_gpu * per_task,
+        memory_mib=shape.memory_mib_per_gpu * per_task,
+    )
+
+
+def _normalised(weights: list[float]) -> FloatArray:
+    array = np.asarray(weights, dtype=np.float64)
+    result: FloatArray = array / array.sum()
+    return result
+
+
+def _zipf(n: int, skew: float) -> FloatArray:
+    """Probabilities of ranks 1..n under a Zipf law: rank r has weight r ** -skew."""
+    return _normalised([rank**-skew for rank in range(1, n + 1)])

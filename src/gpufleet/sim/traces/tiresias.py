@@ -1,0 +1,38 @@
+"""Loader for Tiresias-style job CSVs (Gu et al., NSDI'19, and the simulators after it).
+
+Columns: ``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``.
+Only ``job_id``, ``num_gpu``, ``submit_time`` and ``duration`` (seconds) are
+required and used; ``iterations``, ``model_name`` and ``interval`` (the gap to
+the previous arrival) describe the synthetic training job and carry no
+scheduling information. A job wider than ``gpus_per_node`` (8 by default)
+becomes a gang of whole nodes (``whole_gpus``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.sim.openb import TraceError
+from gpufleet.sim.traces.fields import count, located, seconds, table_rows
+from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
+
+COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
+
+
+def load_tiresias(path: Path, gpus_per_node: int = 8) -> list[TraceJob]:
+    """Jobs of a Tiresias CSV, by submit time. TraceError names the row and column."""
+    jobs = []
+    for line, row in table_rows(path, COLUMNS):
+        gpus = count(path, line, "num_gpu", row["num_gpu"], minimum=1)
+        with located(path, line, {"id": "job_id", "duration_s": "duration"}):
+            jobs.append(
+                TraceJob(
+                    id=row["job_id"],
+                    submit_time=seconds(path, line, "submit_time", row["submit_time"]),
+                    duration_s=seconds(path, line, "duration", row["duration"]),
+                    request=whole_gpus(gpus, gpus_per_node),
+                )
+            )
+    if not jobs:
+        raise TraceError(path, None, None, "holds no jobs")
+    return by_submit(jobs)
