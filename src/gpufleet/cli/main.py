@@ -1,0 +1,59 @@
+"""The ``gpufleet`` command line.
+
+Bad input ends with one line on stderr, ``error: <where>: <what>``, and exit
+status 2, never a traceback: the commands report their own input errors that
+way, and ``main`` turns option-parsing errors into the same shape.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+import typer
+
+from gpufleet.cli.sim import sim
+
+app = typer.Typer(
+    name="gpufleet",
+    help="GPU cluster scheduler: fragmentation-aware placement and a simulator over the same core.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(sim, name="sim")
+
+
+class _ClickError(Protocol):
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
+# Option-parsing errors are click's UsageError, which recent typer releases
+# raise from their own copy of click; BadParameter is exported either way.
+_UsageError = cast(
+    type[Exception], next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    command = typer.main.get_command(app)
+    try:
+        status = command.main(args=argv, prog_name="gpufleet", standalone_mode=False)
+    except _UsageError as e:
+        error = cast(_ClickError, e)
+        # A bare group raises NoArgsIsHelpError after printing its help.
+        if type(e).__name__ != "NoArgsIsHelpError":
+            print(f"error: {error.format_message()}".replace("\n", " "), file=sys.stderr)
+        return error.exit_code
+    except typer.Abort:
+        return 130
+    # Without standalone mode click returns the command's value on success
+    # and the code of a typer.Exit otherwise.
+    return status if isinstance(status, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

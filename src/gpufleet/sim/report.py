@@ -1,0 +1,147 @@
+"""What the fill experiment reports: per-policy summaries, curves, a plot and placements.
+
+Files written by ``write_outputs``:
+
+* ``curves.csv``: ``policy,seed,metric,0,1,...,130``, one row per run and
+  metric (``alloc_pct``, ``frag_pct``); column *k* is the value when arrived
+  GPU requests reached *k* % of capacity, as in the FGD artifact's tables.
+* ``fill.png``: allocation against arrived load, one line per policy (the
+  mean over seeds), with the diagonal that a perfect policy would follow.
+* ``placements-<policy>-<seed>.csv``: one row per task placed, or per pod
+  left unplaced (empty ``node`` and ``gpus``); ``gpus`` lists GPU indices on
+  the node separated by ``|``, each taking ``gpu_milli``.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.sim.fill import PLACEMENT_COLUMNS, FillRun
+
+METRICS = ("alloc_pct", "frag_pct")
+
+
+def _by_policy(runs: Sequence[FillRun]) -> dict[str, list[FillRun]]:
+    """Runs grouped by policy, in the order policies first appear."""
+    groups: dict[str, list[FillRun]] = {}
+    for run in runs:
+        groups.setdefault(run.policy, []).append(run)
+    return groups
+
+
+def _point(curve: Sequence[float], level: int) -> float:
+    """The curve's value at ``level`` % arrived (its last point if it stops short)."""
+    return curve[min(level, len(curve) - 1)]
+
+
+@dataclass(frozen=True)
+class FillSummary:
+    """One policy over all its seeds.
+
+    ``first_gap_level`` is the lower median over seeds of the first arrived
+    level at which allocation trails arrival by a point or more; a seed that
+    never trails counts as beyond every level, and None means most never did.
+    The lower median is a level some seed actually reached.
+    """
+
+    policy: str
+    alloc_pct_at_100: float
+    alloc_pct_at_130: float
+    per_seed_at_100: list[float]
+    seconds_per_run: float
+    frag_pct_at_100: float
+    first_gap_level: int | None
+
+    def as_json(self) -> dict[str, float | int | list[float] | None]:
+        return {
+            "alloc_pct_at_100": round(self.alloc_pct_at_100, 4),
+            "alloc_pct_at_130": round(self.alloc_pct_at_130, 4),
+            "per_seed_at_100": [round(x, 4) for x in self.per_seed_at_100],
+            "seconds_per_run": round(self.seconds_per_run, 4),
+            "frag_pct_at_100": round(self.frag_pct_at_100, 4),
+            "first_gap_level": self.first_gap_level,
+        }
+
+
+def summarize(runs: Sequence[FillRun]) -> list[FillSummary]:
+    """One summary per policy, in the order policies first appear in ``runs``."""
+    summaries = []
+    for policy, group in _by_policy(runs).items():
+        at_100 = [run.at(100) for run in group]
+        beyond = float("inf")
+        gaps = [beyond if run.first_gap_level is None else run.first_gap_level for run in group]
+        gap = statistics.median_low(gaps)
+        summaries.append(
+            FillSummary(
+                policy=policy,
+                alloc_pct_at_100=statistics.fmean(at_100),
+                alloc_pct_at_130=statistics.fmean(run.at(130) for run in group),
+                per_seed_at_100=at_100,
+                seconds_per_run=statistics.median(run.seconds for run in group),
+                frag_pct_at_100=statistics.fmean(_point(run.frag_pct, 100) for run in group),
+                first_gap_level=None if gap == beyond else int(gap),
+            )
+        )
+    return summaries
+
+
+def write_curves(path: Path, runs: Sequence[FillRun]) -> None:
+    """``curves.csv``: both metrics of every run, percentages to 4 decimals."""
+    levels = max(len(run.alloc_pct) for run in runs)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(["policy", "seed", "metric", *range(levels)])
+        for run in runs:
+            for metric, curve in zip(METRICS, (run.alloc_pct, run.frag_pct), strict=True):
+                out.writerow([run.policy, run.seed, metric, *(f"{x:.4f}" for x in curve)])
+
+
+def write_placements(path: Path, run: FillRun) -> None:
+    """``placements-<policy>-<seed>.csv``: the run's recorded placements, in arrival order."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(PLACEMENT_COLUMNS)
+        out.writerows(run.placements)
+
+
+def plot_fill(path: Path, runs: Sequence[FillRun]) -> None:
+    """``fill.png``: mean allocation curve per policy against arrived load."""
+    # matplotlib takes a second or more to import, and only this needs it.
+    # A bare Figure renders with the Agg canvas and leaves pyplot's global
+    # state (and the user's backend) alone.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 5), layout="constrained")
+    ax = fig.add_subplot()
+    levels = max(len(run.alloc_pct) for run in runs)
+    ax.plot([0, levels - 1], [0, levels - 1], color="grey", linestyle=":", label="arrived")
+    for policy, group in _by_policy(runs).items():
+        n = min(len(run.alloc_pct) for run in group)
+        mean = [statistics.fmean(run.alloc_pct[k] for run in group) for k in range(n)]
+        ax.plot(range(n), mean, label=f"{policy} ({len(group)} seeds)")
+    ax.set_xlabel("arrived GPU requests (% of GPU capacity)")
+    ax.set_ylabel("GPU allocation (% of GPU capacity)")
+    ax.set_xlim(0, levels - 1)
+    ax.set_ylim(0, levels - 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.savefig(path, dpi=120)
+
+
+def write_outputs(out_dir: Path, runs: Sequence[FillRun]) -> list[Path]:
+    """Write every file of the module docstring into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    curves = out_dir / "curves.csv"
+    write_curves(curves, runs)
+    plot = out_dir / "fill.png"
+    plot_fill(plot, runs)
+    written = [curves, plot]
+    for run in runs:
+        path = out_dir / f"placements-{run.policy}-{run.seed}.csv"
+        write_placements(path, run)
+        written.append(path)
+    return written

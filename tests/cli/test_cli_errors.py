@@ -1,0 +1,128 @@
+"""Bad input to ``gpufleet sim fill``: one ``error:`` line naming the culprit, exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.main import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NODES = FIXTURES / "nodes.csv"
+PODS = FIXTURES / "pods.csv"
+
+
+def edited(source: Path, folder: Path, row: int, text: str) -> Path:
+    """A copy of ``source`` with its ``row`` (1-based, the header is row 1) replaced."""
+    lines = source.read_text().splitlines()
+    lines[row - 1] = text
+    path = folder / source.name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def assert_one_error_line(status: int, out: str, err: str, *fragments: str) -> None:
+    assert status == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# (file, row, new text, what the message must say). Row 1 is the header.
+BAD_ROWS = [
+    (NODES, 4, "node-c,16000,65536,4,T5", ["row 4: model: unknown GPU model 'T5'"]),
+    (NODES, 2, "node-a,32000,131072,eight,V100M32", ["row 2: gpu: 'eight' is not a number"]),
+    (NODES, 3, "node-b,-1,131072,8,V100M32", ["row 3: cpu_milli: must not be negative"]),
+    (NODES, 3, "node-b,32000,131072", ["row 3: wrong number of fields"]),
+    (NODES, 1, "sn,cpu_milli,memory_mib,gpu", ["row 1: model: column missing from the header"]),
+    (PODS, 7, "pod-05,500,2048", ["row 7: wrong number of fields"]),
+    (PODS, 3, "pod-01,2000,8192,1,500,H900,LS,Running,0,1,0", ["row 3: gpu_spec: unknown GPU"]),
+    # Nothing asked for at all: no CPU, memory or GPU.
+    (PODS, 8, "pod-06,0,0,0,0,,BE,Running,0,1,0", ["row 8: cpu_milli: asks for nothing"]),
+    # One GPU of zero milli-GPU is a zero request too.
+    (PODS, 2, "pod-00,4000,16384,1,0,,LS,Running,0,1,0", ["row 2: gpu_milli: must be 1..1000"]),
+    (PODS, 4, "pod-02,1000,-4096,1,250,T4,BE,Running,0,1,0", ["row 4: memory_mib: must not be"]),
+    (PODS, 5, "pod-03,8000,32768,2,500,,LS,Running,0,1,0", ["row 5: gpu_milli: a multi-GPU"]),
+]
+
+
+@pytest.mark.parametrize(("source", "row", "text", "fragments"), BAD_ROWS)
+def test_bad_trace_row(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    source: Path,
+    row: int,
+    text: str,
+    fragments: list[str],
+) -> None:
+    bad = edited(source, tmp_path, row, text)
+    nodes, pods = (bad, PODS) if source == NODES else (NODES, bad)
+    status = main(["sim", "fill", "--nodes", str(nodes), "--pods", str(pods), "--workers", "1"])
+    assert_one_error_line(status, *capsys.readouterr(), str(bad), *fragments)
+
+
+def test_duplicate_node_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = edited(NODES, tmp_path, 3, "node-a,32000,131072,8,V100M32")
+    status = main(["sim", "fill", "--nodes", str(bad), "--pods", str(PODS)])
+    assert_one_error_line(status, *capsys.readouterr(), str(bad), "'node-a' appears twice")
+
+
+def test_cluster_without_gpus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "cpu_only.csv"
+    bad.write_text("sn,cpu_milli,memory_mib,gpu,model\ncpu-1,64000,262144,0,\n")
+    status = main(["sim", "fill", "--nodes", str(bad), "--pods", str(PODS)])
+    assert_one_error_line(status, *capsys.readouterr(), str(bad), "holds no GPUs")
+
+
+def test_pods_without_gpu_requests(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "cpu_pods.csv"
+    header = PODS.read_text().splitlines()[0]
+    bad.write_text(header + "\npod-0,2000,8192,0,0,,BE,Running,0,1,0\n")
+    status = main(["sim", "fill", "--nodes", str(NODES), "--pods", str(bad)])
+    assert_one_error_line(status, *capsys.readouterr(), str(bad), "requests no GPUs")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--nodes", "no/such/nodes.csv"], ["no/such/nodes.csv: no such file"]),
+        (["--pods", "no/such/pods.csv"], ["no/such/pods.csv: no such file"]),
+        (["--policy", "best-fit,bogus"], ["--policy: unknown placement policy 'bogus'"]),
+        (["--seeds", "42..51"], ["--seeds: '42..51' is not a seed"]),
+        (["--seeds", "51-42"], ["--seeds: range '51-42' runs backwards"]),
+        (["--tune", "0.9"], ["--tune: must be 1.0..5.0"]),
+        # Errors found while parsing the command line take the same shape.
+        (["--tune", "lots"], ["'--tune'"]),
+        (["--workers", "0"], ["'--workers'"]),
+        (["--no-such-option"], ["--no-such-option"]),
+    ],
+)
+def test_bad_option(
+    capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]
+) -> None:
+    status = main(["sim", "fill", "--nodes", str(NODES), "--pods", str(PODS), *args])
+    assert_one_error_line(status, *capsys.readouterr(), *fragments)
+
+
+def test_out_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    status = main(["sim", "fill", "--nodes", str(NODES), "--pods", str(PODS), "--out", str(taken)])
+    assert_one_error_line(status, *capsys.readouterr(), str(taken))
+
+
+def test_installed_entry_point_prints_no_traceback(tmp_path: Path) -> None:
+    bad = edited(PODS, tmp_path, 7, "pod-05,500,2048")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "sim", "fill", "--pods", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert_one_error_line(done.returncode, done.stdout, done.stderr, f"{bad}, row 7:")
