@@ -174,6 +174,27 @@ def scores(state: ClusterState, request: Request, gang: Sequence[int] = ()) -> d
     return {state.nodes[int(i)].name: float(s) for i, s in zip(ctx.options.node, raw, strict=True)}
 
 
+@given(layouts())
+def test_scorer_tier_matches_the_gpus_the_picker_takes(
+    case: tuple[ClusterState, np.ndarray, int],
+) -> None:
+    state, free, count = case
+    picked = TopologyPicker().pick(state, 0, free, count)
+    per_node = state.gpu_exists.shape[1]
+    domains = set(state.gpu_nvlink[0, picked].tolist())
+    numas = set(state.gpu_numa[0, picked].tolist())
+    if len(domains) == 1:
+        # 100 - 40 * (free GPUs of the picked domain - request) / GPUs per node
+        group = int((state.gpu_nvlink[0, free] == domains.pop()).sum())
+        expected = 100 - 40 * (group - count) / per_node
+    elif len(numas) == 1:
+        group = int((state.gpu_numa[0, free] == numas.pop()).sum())
+        expected = 50 - 40 * (group - count) / per_node
+    else:
+        expected = -40 * (len(domains) - 1) / per_node
+    assert scores(state, gpus(count)) == pytest.approx({"a": expected})
+
+
 LOCALITY = cluster(
     host("pairs", PAIRS8, QUADS),
     host("board", BOARD8, QUADS),
@@ -364,3 +385,34 @@ def test_placement_is_deterministic_and_independent_of_cached_state() -> None:
     # after the 2-GPU job and the gang (entries 1-3), GPU 1 of p0 is a lone free GPU:
     # the smallest domain for the next single GPU
     assert fresh[4] == (0, (1,))
+
+
+def _split_jobs(profile: str, sizes: Sequence[int]) -> int:
+    """2-GPU jobs placed across two NVLink pairs, for jobs of 1 or 2 GPUs that all fit."""
+    state = cluster(*(host(f"n{i}", PAIRS8, QUADS) for i in range(4)))
+    placer = Placer(placement_profile(profile))
+    split = 0
+    for n in sizes:
+        done = placer.place(state, gpus(n))
+        assert done is not None
+        split += len(set(state.gpu_nvlink[done[0].node, list(done[0].gpus)].tolist())) > 1
+    return split
+
+
+def _fitting(sizes: Sequence[int]) -> list[int]:
+    """The longest prefix demanding at most 31 of the 32 GPUs, so every job fits."""
+    return [int(n) for n in np.asarray(sizes)[np.cumsum(sizes) <= 31]]
+
+
+@given(st.lists(st.sampled_from([1, 2]), min_size=1, max_size=40))
+def test_topology_never_splits_a_pair_job_while_it_fits(sizes: list[int]) -> None:
+    # singles best-fit onto half-used pairs, so at most one pair is ever half used and
+    # an even number of free GPUs (>= 2) always includes a whole free pair
+    assert _split_jobs("topology", _fitting(sizes)) == 0
+
+
+def test_best_fit_splits_pair_jobs_on_the_same_arrivals() -> None:
+    # lowest-index picking: a single on GPU 0 makes the next pair job take GPUs (1, 2)
+    assert _split_jobs("best-fit", [1, 2]) == 1
+    sizes = _fitting(np.random.default_rng(7).choice([1, 2], size=40).tolist())
+    assert _split_jobs("best-fit", sizes) > _split_jobs("topology", sizes) == 0
