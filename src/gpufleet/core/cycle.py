@@ -179,8 +179,10 @@ class Preemption:
     for_job: str
 
 
-Trial = Callable[[Sequence[RunningJob], BoolArray, Request], bool]
-"""Would ``request`` fit on the masked nodes once these victims let go? Changes nothing."""
+Trial = Callable[[Sequence[RunningJob], BoolArray, Request], BoolArray]
+"""The masked nodes one task of ``request`` would fit on once these victims let go.
+
+Changes nothing: the victims are released tentatively and restored."""
 
 
 @dataclass(frozen=True)
@@ -479,14 +481,13 @@ class _Cycle:
         self._record_start(job, placed)
         return True
 
-    def _trial(self, victims: Sequence[RunningJob], nodes: BoolArray, r: Request) -> bool:
+    def _trial(self, victims: Sequence[RunningJob], nodes: BoolArray, r: Request) -> BoolArray:
         mark = self.journal.mark()
         try:
             for v in victims:
                 for a in v.assignments:
                     self.journal.release(a)
-            ctx = self._placer(nodes).context(self.state, r, Mode.NOW)
-            return int(ctx.feasible.sum()) >= r.nodes
+            return self._placer(nodes).context(self.state, r, Mode.NOW).feasible.copy()
         finally:
             self.journal.rollback(mark)
 

@@ -1,0 +1,107 @@
+"""Preemption: free room for a higher-tier job by stopping the cheapest victims.
+
+A running job may be preempted for a pending one if the pending job's QoS
+lists the victim's QoS in ``preempt``, or if the pending job's partition has
+a higher ``priority_tier`` than the victim's and the victim's partition is
+``preemptible`` (Slurm's preempt/qos and preempt/partition_prio). A victim
+that has run less than its QoS's ``preempt_exempt_s`` is spared
+(PreemptExemptTime).
+
+Among the allowed victims the plugin picks the cheapest set that makes the
+job fit: the fewest GPU-hours of work lost (since each victim's last
+checkpoint when it checkpoints, else since its start), then the fewest jobs.
+It works node by node: on each node it adds victims cheapest first until one
+task fits, then drops any victim the fit does not need (most expensive
+first); a job of N tasks takes the N cheapest nodes. Nodes that could not
+beat the best found so far are skipped. The cycle checks the final set once
+more and preempts nobody unless the job then fits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import ClassVar
+
+import numpy as np
+
+from gpufleet.core.cycle import PreemptionRequest, Snapshot, gpu_hours_at_risk
+from gpufleet.core.job import Job, RunningJob
+from gpufleet.core.model import Request
+
+
+def may_preempt(snapshot: Snapshot, job: Job, victim: Job) -> bool:
+    """Does the QoS or the partition tier of ``job`` allow preempting ``victim``?"""
+    if victim.qos in snapshot.qos[job.qos].preempt:
+        return True
+    mine, theirs = snapshot.partitions[job.partition], snapshot.partitions.get(victim.partition)
+    return theirs is not None and theirs.preemptible and mine.priority_tier > theirs.priority_tier
+
+
+def exempt(snapshot: Snapshot, victim: Job, now: int) -> bool:
+    """Has ``victim`` run for less than its QoS's PreemptExemptTime?"""
+    qos = snapshot.qos.get(victim.qos)
+    started = victim.start_time if victim.start_time is not None else now
+    return qos is not None and now - started < qos.preempt_exempt_s
+
+
+class CheapestVictims:
+    NAME: ClassVar[str] = "preemption"
+
+    def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]:
+        s, job, now = req.snapshot, req.job, req.now
+        cands = [r for r in req.running if may_preempt(s, job, r.job) and not exempt(s, r.job, now)]
+        if not cands:
+            return []
+        task = replace(job.request, nodes=1)
+        cost = {r.job.id: gpu_hours_at_risk(r, now) for r in cands}
+        on_node: defaultdict[int, list[RunningJob]] = defaultdict(list)
+        for r in sorted(cands, key=lambda r: (cost[r.job.id], r.job.gpu_milli, r.job.id)):
+            for node in {a.node for a in r.assignments}:
+                on_node[node].append(r)
+        free_now = req.trial([], req.nodes, task)
+        reachable = req.trial(cands, req.nodes, task) & ~free_now
+        need = job.request.nodes
+        # (GPU-hours lost, jobs, node) for each node that can host one task, best first.
+        options: list[tuple[float, int, int, tuple[RunningJob, ...]]] = [
+            (0.0, 0, int(n), ()) for n in np.flatnonzero(free_now)
+        ]
+        for node in sorted(
+            (int(n) for n in np.flatnonzero(reachable)), key=lambda n: cost[on_node[n][0].job.id]
+        ):
+            options.sort(key=lambda o: o[:3])
+            bound = options[need - 1][0] if len(options) >= need else float("inf")
+            if cost[on_node[node][0].job.id] > bound:
+                continue
+            chosen = self._node_victims(req, int(node), on_node[node], task)
+            total = sum(cost[v.job.id] for v in chosen)
+            options.append((total, len(chosen), int(node), chosen))
+        options.sort(key=lambda o: o[:3])
+        if len(options) < need:
+            return []
+        picked = options[:need]
+        victims = list({v.job.id: v for o in picked for v in o[3]}.values())
+        mask = np.zeros_like(req.nodes)
+        mask[[o[2] for o in picked]] = True
+        if int(req.trial(victims, mask, job.request).sum()) < need:
+            return []
+        return victims
+
+    @staticmethod
+    def _node_victims(
+        req: PreemptionRequest, node: int, ordered: list[RunningJob], task: Request
+    ) -> tuple[RunningJob, ...]:
+        """Victims on ``node``: cheapest first until a task fits, then drop the unneeded."""
+        mask = np.zeros_like(req.nodes)
+        mask[node] = True
+        chosen: list[RunningJob] = []
+        for v in ordered:
+            chosen.append(v)
+            if req.trial(chosen, mask, task)[node]:
+                break
+        for v in reversed(list(chosen)):
+            rest = [c for c in chosen if c is not v]
+            if req.trial(rest, mask, task)[node]:
+                chosen = rest
+        return tuple(chosen)

@@ -1,0 +1,90 @@
+"""Backfill scenarios: holds, early starts that delay nobody, EASY versus conservative."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from builders import node
+from gpufleet.core.cycle import run_cycle
+from gpufleet.policies.backfill import Backfill, BackfillArgs
+from scenario.harness import Scenario, qjob
+
+
+def two_nodes(backfill: Literal["none", "easy", "conservative"] = "easy") -> Scenario:
+    # a: 8 of 8 GPUs busy until 1000; b: 2 of 8 busy until 500. Now is 100.
+    sc = Scenario([node("a").gpus(8), node("b").gpus(8)], now=100, backfill=backfill)
+    sc.run(qjob("r1").gpus(8).limit(1000), start=0, on="a")
+    sc.run(qjob("r2").gpus(2).limit(500), start=0, on="b")
+    return sc
+
+
+def test_backfill_starts_short_jobs_and_never_delays_the_held_gang() -> None:
+    sc = two_nodes().submit(
+        qjob("gang").gpus(8).gang(2).submit(1),  # needs a and b whole: a frees at 1000
+        qjob("short").gpus(4).limit(300).submit(2),  # 100 + 300 = 400 <= 1000: may use b now
+        qjob("long").gpus(2).limit(5000).submit(3),  # would hold b past 1000: must wait
+    )
+    out = sc.cycle()
+    assert out.holds == {"gang": 1000}
+    assert out.starts == {"short": ["b"]}
+    assert out.reasons == {"gang": "Resources", "long": "Priority"}
+
+
+def test_a_long_job_may_backfill_on_nodes_the_hold_does_not_need() -> None:
+    sc = Scenario([node("a").gpus(8), node("b").gpus(8), node("c").gpus(8)], now=100)
+    sc.run(qjob("r1").gpus(8).limit(1000), start=0, on="a")
+    sc.run(qjob("r2").gpus(2).limit(500), start=0, on="b")
+    sc.run(qjob("r3").gpus(8).limit(900), start=0, on="c")
+    sc.submit(
+        qjob("head").gpus(8).submit(1),  # earliest: b frees at 500 -> held on b
+        qjob("long").gpus(8).limit(10_000).submit(2),  # fits nowhere now
+        qjob("side").gpus(6).limit(10_000).submit(3),  # only b has 6 free, and b is held
+    )
+    out = sc.cycle()
+    assert out.holds == {"head": 500}
+    assert out.plan.hold_nodes["head"] == (1,)
+    assert out.starts == {}
+    assert out.reasons == {"head": "Resources", "long": "Priority", "side": "Priority"}
+
+
+def test_without_backfill_the_queue_is_strict() -> None:
+    sc = two_nodes("none").submit(
+        qjob("gang").gpus(8).gang(2).submit(1),
+        qjob("short").gpus(4).limit(300).submit(2),  # would fit, but the head waits
+    )
+    out = sc.cycle()
+    assert out.starts == {}
+    assert out.holds == {}
+    assert out.reasons == {"gang": "Resources", "short": "Priority"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "holds"),
+    [
+        # EASY: only the head is held: b has 6 free + 2 at 500 -> whole at 500.
+        ("easy", {"first": 500}),
+        # Conservative: "second" is held too, on a, whole at 1000.
+        ("conservative", {"first": 500, "second": 1000}),
+    ],
+)
+def test_easy_holds_the_head_only_and_conservative_holds_every_waiting_job(
+    mode: Literal["easy", "conservative"], holds: dict[str, int]
+) -> None:
+    sc = two_nodes(mode).submit(
+        qjob("first").gpus(8).limit(3600).submit(1),
+        qjob("second").gpus(8).limit(3600).submit(2),
+    )
+    out = sc.cycle()
+    assert out.holds == holds
+    assert out.reasons == {"first": "Resources", "second": "Priority"}
+
+
+def test_a_hold_beyond_the_backfill_window_is_not_made() -> None:
+    sc = two_nodes().submit(qjob("gang").gpus(8).gang(2).submit(1))
+    profile = sc.profile()
+    profile.backfill = Backfill(BackfillArgs(window_s=500))  # 100 + 500 < 1000: too far
+    plan = run_cycle(sc.snapshot(), profile)
+    assert plan.holds == {}
+    assert plan.reasons == {"gang": "Resources"}
