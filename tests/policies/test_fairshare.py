@@ -8,12 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpufleet.core.accounts import ROOT, Account, AccountTree, User
-from gpufleet.core.model import InvalidSpec
+from builders import cluster, node
+from gpufleet.core.accounts import ROOT, Account, AccountTree, AccountUsage, User
+from gpufleet.core.job import Job, JobState, QoS, RunningJob
+from gpufleet.core.model import InvalidSpec, Request
+from gpufleet.core.state import Assignment
 from gpufleet.policies.fairshare import (
     FairshareArgs,
     accrue,
     billable_gpu_seconds,
+    charge,
     classic,
     decay,
     factors,
@@ -148,6 +152,38 @@ def test_accrue_decays_then_charges_each_association() -> None:
     # [0, 100/2 + 1, 40/2 + 5 + 5]
     assert after.tolist() == [0.0, 51.0, 30.0]
     assert usage.tolist() == [0.0, 100.0, 40.0]
+
+
+def test_charge_bills_running_jobs_to_their_associations() -> None:
+    tree = AccountTree([Account("team")], [User("alice", "team"), User("bob", "team")])
+    state = cluster(node("h").gpus(8).model("H100-80GB"), node("t").gpus(4).model("T4"))
+
+    def running(id: str, user: str, request: Request, node: int, qos: str = "normal") -> RunningJob:
+        job = Job(
+            id, user, "team", qos, "batch", request, 0, 3600, state=JobState.RUNNING, start_time=0
+        )
+        return RunningJob(job, (Assignment(node, gpus=(0,)),), 3600)
+
+    jobs = [
+        running("h", "alice", Request(gpus=2), node=0),
+        running("t", "bob", Request(gpu_milli=500), node=1, qos="cheap"),
+        running("x", "eve", Request(gpus=4), node=0),  # no association: bills nobody
+    ]
+    qos = {"normal": QoS("normal"), "cheap": QoS("cheap", usage_factor=0.5)}
+    args = FairshareArgs(gpu_billing_weights={"H100-80GB": 3.0}, half_life_s=100)
+    before = AccountUsage(tree, usage_of(tree, team__alice=1000.0))
+    after = charge(before, jobs, state, qos, 100, args)
+    # alice: 1000 halved over one half-life = 500, + 2 GPUs x 100 s x 3 (H100) x 1 = 600 -> 1100
+    # bob: 0.5 GPU x 100 s x 1 (T4 unlisted) x 0.5 (QoS cheap) = 25
+    assert after.usage[tree.user("team", "alice")] == pytest.approx(1100.0)
+    assert after.usage[tree.user("team", "bob")] == pytest.approx(25.0)
+    assert after.usage.sum() == pytest.approx(1125.0)
+
+
+def test_account_usage_must_match_its_tree() -> None:
+    tree = AccountTree([Account("team")], [User("alice", "team")])
+    with pytest.raises(InvalidSpec, match="usage: \\(2,\\) entries for 3 associations"):
+        AccountUsage(tree, np.zeros(2))
 
 
 def test_args_reject_a_negative_half_life_naming_the_key() -> None:

@@ -16,7 +16,7 @@ in arrays over the same indices (see ``policies.fairshare``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,6 +155,11 @@ class AccountTree:
         """Index of the association of user ``name`` with ``account``; KeyError if none."""
         return self._users[(account, name)]
 
+    def lookup(self, pairs: Iterable[tuple[str, str]]) -> IntArray:
+        """Indices of (account, user) associations; -1 for one the tree does not hold."""
+        get = self._users.get
+        return np.fromiter((get(pair, -1) for pair in pairs), dtype=np.int64)
+
     def rollup(self, usage: FloatArray) -> FloatArray:
         """Usage of every association including all its descendants'.
 
@@ -178,6 +183,24 @@ class AccountTree:
         for i in range(1, len(self)):
             norm[i] = local[i] * norm[self.parent[i]]
         return norm
+
+
+@dataclass(frozen=True, slots=True)
+class AccountUsage:
+    """The tree with each association's decayed usage: what a driver carries between cycles.
+
+    ``usage`` is aligned with the tree's associations and holds what was
+    charged to each directly (see ``policies.fairshare.charge``).
+    """
+
+    tree: AccountTree
+    usage: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.usage.shape != (len(self.tree),):
+            raise InvalidSpec(
+                "usage", f"{self.usage.shape} entries for {len(self.tree)} associations"
+            )
 
 
 def _check_shares(key: str, value: float) -> None:

@@ -22,14 +22,17 @@ associations and the arguments.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.accounts import AccountTree, FloatArray, IntArray
+from gpufleet.core.accounts import AccountTree, AccountUsage, FloatArray, IntArray
+from gpufleet.core.job import QoS, RunningJob
+from gpufleet.core.model import MILLI
+from gpufleet.core.state import ClusterState
 
 DAY_S = 86_400
 
@@ -98,6 +101,38 @@ def accrue(
     """
     charged = np.bincount(association, weights=billable, minlength=len(usage))
     return decay(usage, elapsed_s, half_life_s) + charged
+
+
+def charge(
+    accounts: AccountUsage,
+    running: Sequence[RunningJob],
+    state: ClusterState,
+    qos: Mapping[str, QoS],
+    elapsed_s: int,
+    args: FairshareArgs,
+) -> AccountUsage:
+    """Usage ``elapsed_s`` seconds on: decayed, plus what each running job billed meanwhile.
+
+    A job bills GPUs held (milli-GPU / 1000, MIG slices by compute share) x
+    ``elapsed_s`` x the billing weight of its first node's GPU model x its
+    QoS UsageFactor, to its (account, user) association. Each job is billed
+    for the whole interval, so drivers call this at every start and end.
+    Jobs of associations the tree does not hold bill nobody.
+    """
+    tree = accounts.tree
+    assoc = tree.lookup((r.job.account, r.job.user) for r in running)
+    known = assoc >= 0
+    gpu_s = np.array([r.job.gpu_milli / MILLI * elapsed_s for r in running])
+    weight = np.array([_billing_weight(r, state, args) for r in running])
+    factor = np.array([qos[r.job.qos].usage_factor if r.job.qos in qos else 1.0 for r in running])
+    billed = billable_gpu_seconds(gpu_s, weight, factor)
+    usage = accrue(accounts.usage, elapsed_s, args.half_life_s, assoc[known], billed[known])
+    return AccountUsage(tree, usage)
+
+
+def _billing_weight(r: RunningJob, state: ClusterState, args: FairshareArgs) -> float:
+    model = state.nodes[r.assignments[0].node].gpu_model if r.assignments else ""
+    return args.billing_weight(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +211,6 @@ def factors(tree: AccountTree, usage: FloatArray, args: FairshareArgs) -> FloatA
     if args.algorithm == "classic":
         return classic(tree, usage, dampening_factor=args.dampening_factor).factor
     return fair_tree(tree, usage).factor
-
-
-def usage_by_association(tree: AccountTree, usage: Mapping[tuple[str, str], float]) -> FloatArray:
-    """An array over ``tree`` from usage keyed by (account, user); KeyError if unknown."""
-    out = np.zeros(len(tree))
-    for (account, user), value in usage.items():
-        out[tree.user(account, user)] += value
-    return out
 
 
 def _levels(

@@ -1,0 +1,218 @@
+"""Who runs first: Slurm's multifactor priority, shortest job first, least attained service.
+
+Each ordering is an ``Ordering`` plugin: one priority per pending job, higher
+first; the cycle breaks ties by submit time, then job id.
+
+Multifactor follows Slurm's formula::
+
+    priority = w_age x age + w_fairshare x fairshare + w_jobsize x job_size
+             + w_partition x partition + w_qos x qos + w_assoc x assoc - nice
+
+with every factor in [0, 1]:
+
+* age: time since submission, capped at ``max_age_s``, over ``max_age_s``;
+* fairshare: from ``policies.fairshare`` (Fair Tree or classic);
+* job size: the job's GPUs over the cluster's, or one minus that when small
+  jobs are favoured;
+* partition: the partition's PriorityJobFactor over the largest of any partition;
+* QoS: the QoS priority over the largest of any QoS;
+* association: the user association's priority over the largest in the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpufleet.core.accounts import AccountUsage, FloatArray
+from gpufleet.core.cycle import Snapshot
+from gpufleet.core.job import Job
+from gpufleet.core.model import MILLI
+from gpufleet.policies.fairshare import DAY_S, FairshareArgs
+from gpufleet.policies.fairshare import factors as fairshare_factors
+
+
+class MultifactorArgs(BaseModel):
+    """Weights and settings of the multifactor priority, with Slurm's names.
+
+    Weights are integers, zero or more, as in slurm.conf. Slurm's defaults are
+    all 0 (every job ties and the queue is FIFO); these defaults let QoS
+    dominate, then fairshare, then age, which suits a shared GPU cluster.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    weight_age: int = Field(1_000, ge=0, description="PriorityWeightAge")
+    weight_fairshare: int = Field(10_000, ge=0, description="PriorityWeightFairshare")
+    weight_job_size: int = Field(0, ge=0, description="PriorityWeightJobSize")
+    weight_partition: int = Field(1_000, ge=0, description="PriorityWeightPartition")
+    weight_qos: int = Field(100_000, ge=0, description="PriorityWeightQOS")
+    weight_assoc: int = Field(0, ge=0, description="PriorityWeightAssoc")
+    max_age_s: int = Field(
+        7 * DAY_S, gt=0, description="PriorityMaxAge: age at which the age factor reaches 1."
+    )
+    favor_small: bool = Field(
+        False, description="PriorityFavorSmall: the job size factor favours small jobs."
+    )
+    fairshare: FairshareArgs = Field(default_factory=FairshareArgs)
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """Each multifactor factor per pending job (all in [0, 1]) and the nice values."""
+
+    age: FloatArray
+    fairshare: FloatArray
+    job_size: FloatArray
+    partition: FloatArray
+    qos: FloatArray
+    assoc: FloatArray
+    nice: FloatArray
+
+
+def age_factor(age_s: FloatArray, max_age_s: int) -> FloatArray:
+    """min(age, max_age) / max_age, and 0 for a job submitted in the future."""
+    return np.clip(age_s, 0, max_age_s) / max_age_s
+
+
+def job_size_factor(gpu_milli: FloatArray, cluster_gpu_milli: int, favor_small: bool) -> FloatArray:
+    """The job's share of the cluster's GPUs (capped at 1); one minus it when favouring small."""
+    share = np.minimum(gpu_milli / max(cluster_gpu_milli, 1), 1.0)
+    return np.asarray(1.0 - share if favor_small else share, dtype=np.float64)
+
+
+def relative_to_max(values: FloatArray, largest: float) -> FloatArray:
+    """values / largest, or all 0 when the largest is 0 (nobody is favoured)."""
+    if largest <= 0:
+        return np.zeros(len(values))
+    return np.asarray(values / largest, dtype=np.float64)
+
+
+def weighted_priority(args: MultifactorArgs, f: Factors) -> FloatArray:
+    """Slurm's sum of weight x factor, minus nice."""
+    return np.asarray(
+        args.weight_age * f.age
+        + args.weight_fairshare * f.fairshare
+        + args.weight_job_size * f.job_size
+        + args.weight_partition * f.partition
+        + args.weight_qos * f.qos
+        + args.weight_assoc * f.assoc
+        - f.nice,
+        dtype=np.float64,
+    )
+
+
+class Multifactor:
+    """Slurm's multifactor priority over the pending jobs, vectorised.
+
+    Fairshare comes from ``snapshot.accounts`` when it is an ``AccountUsage``
+    (computed with ``args.fairshare``), else from ``snapshot.fairshare`` by
+    user. A job whose association the tree does not hold, or whose user the
+    mapping lacks, gets fairshare 0; the association factor needs the tree too.
+    """
+
+    NAME: ClassVar[str] = "multifactor"
+
+    def __init__(self, args: MultifactorArgs | None = None) -> None:
+        self.args = args or MultifactorArgs()
+
+    def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
+        return weighted_priority(self.args, self.factors(snapshot, pending, now))
+
+    def factors(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> Factors:
+        """Every factor for every job, aligned with ``pending`` (what ``sprio`` shows)."""
+        args, n = self.args, len(pending)
+        submit = np.fromiter((j.submit_time for j in pending), dtype=np.float64, count=n)
+        gpu_milli = np.fromiter((j.gpu_milli for j in pending), dtype=np.float64, count=n)
+        nice = np.fromiter((j.priority_nice for j in pending), dtype=np.float64, count=n)
+        part_factor = {name: p.priority_job_factor for name, p in snapshot.partitions.items()}
+        qos_priority = {name: q.priority for name, q in snapshot.qos.items()}
+        partition = np.fromiter((part_factor.get(j.partition, 0) for j in pending), np.float64, n)
+        qos = np.fromiter((qos_priority.get(j.qos, 0) for j in pending), np.float64, n)
+        cluster_milli = int(snapshot.state.gpu_exists.sum()) * MILLI
+        fs, assoc = self._association_factors(snapshot, pending)
+        return Factors(
+            age=age_factor(now - submit, args.max_age_s),
+            fairshare=fs,
+            job_size=job_size_factor(gpu_milli, cluster_milli, args.favor_small),
+            partition=relative_to_max(partition, max(part_factor.values(), default=0)),
+            qos=relative_to_max(qos, max(qos_priority.values(), default=0)),
+            assoc=assoc,
+            nice=nice,
+        )
+
+    def _association_factors(
+        self, snapshot: Snapshot, pending: Sequence[Job]
+    ) -> tuple[FloatArray, FloatArray]:
+        accounts = snapshot.accounts
+        if not isinstance(accounts, AccountUsage):
+            given = snapshot.fairshare
+            fs = np.fromiter((given.get(j.user, 0.0) for j in pending), np.float64, len(pending))
+            return fs, np.zeros(len(pending))
+        tree = accounts.tree
+        index = tree.lookup((j.account, j.user) for j in pending)
+        known = index >= 0
+        per_assoc = fairshare_factors(tree, accounts.usage, self.args.fairshare)
+        priority = relative_to_max(tree.priority.astype(np.float64), float(tree.priority.max()))
+        safe = np.where(known, index, 0)
+        return np.where(known, per_assoc[safe], 0.0), np.where(known, priority[safe], 0.0)
+
+
+class ShortestJobFirst:
+    """Shortest expected runtime first: the predictor's estimate if given, else the time limit."""
+
+    NAME: ClassVar[str] = "sjf"
+
+    def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
+        return -np.fromiter(
+            (
+                j.time_limit_s if j.runtime_estimate_s is None else j.runtime_estimate_s
+                for j in pending
+            ),
+            dtype=np.float64,
+            count=len(pending),
+        )
+
+
+class LasArgs(BaseModel):
+    """Tiresias' discretised 2D-LAS: queue boundaries in attained GPU-seconds.
+
+    With no thresholds the ordering is continuous LAS (least attained first);
+    with K thresholds there are K + 1 queues, the job's queue being how many
+    thresholds its attained service has reached, and jobs within a queue keep
+    submission order, which limits how often jobs swap places.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    thresholds_gpu_s: tuple[float, ...] = ()
+
+    @field_validator("thresholds_gpu_s")
+    @classmethod
+    def _increasing(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        steps = np.diff((0.0, *value))
+        if np.any(steps <= 0):
+            raise ValueError(f"must be positive and strictly increasing, got {list(value)}")
+        return value
+
+
+class LeastAttainedService:
+    """Least attained GPU service first (GPUs x seconds run, over all previous runs)."""
+
+    NAME: ClassVar[str] = "las"
+
+    def __init__(self, args: LasArgs | None = None) -> None:
+        self.args = args or LasArgs()
+
+    def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
+        attained = np.fromiter(
+            (j.gpu_seconds_attained for j in pending), dtype=np.float64, count=len(pending)
+        )
+        if not self.args.thresholds_gpu_s:
+            return -attained
+        queue = np.searchsorted(self.args.thresholds_gpu_s, attained, side="right")
+        return -queue.astype(np.float64)

@@ -1,0 +1,284 @@
+"""Orderings: Slurm's multifactor priority, shortest job first and least attained service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from builders import cluster, node
+from gpufleet.core.accounts import Account, AccountTree, AccountUsage, User
+from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.job import Job, Partition, QoS
+from gpufleet.core.model import Request
+from gpufleet.core.placement import PlacementProfile
+from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.placement.fit import FirstFit
+from gpufleet.policies.priority import (
+    LasArgs,
+    LeastAttainedService,
+    Multifactor,
+    MultifactorArgs,
+    ShortestJobFirst,
+)
+
+QOS = {
+    "low": QoS("low", priority=0),
+    "normal": QoS("normal", priority=50),
+    "high": QoS("high", priority=100),
+}
+PARTITIONS = {
+    "batch": Partition("batch", priority_job_factor=1),
+    "urgent": Partition("urgent", priority_job_factor=4),
+}
+NO_WEIGHTS = {
+    f"weight_{k}": 0 for k in ("age", "fairshare", "job_size", "partition", "qos", "assoc")
+}
+
+
+def pending(id: str = "j", **kw: Any) -> Job:
+    """A pending 1-GPU job of alice in team under QoS normal on batch, submitted at 0."""
+    spec: dict[str, Any] = {
+        "user": "alice",
+        "account": "team",
+        "qos": "normal",
+        "partition": "batch",
+        "request": Request(gpus=1),
+        "submit_time": 0,
+        "time_limit_s": 3600,
+    }
+    return Job(id=id, **(spec | kw))
+
+
+def snapshot(
+    *jobs: Job, accounts: AccountUsage | None = None, fairshare: Mapping[str, float] | None = None
+) -> Snapshot:
+    """Two idle nodes of 8 GPUs: 16 GPUs in the cluster."""
+    return Snapshot(
+        state=cluster(node("n1").gpus(8), node("n2").gpus(8)),
+        running=(),
+        pending=jobs,
+        qos=QOS,
+        partitions=PARTITIONS,
+        now=0,
+        fairshare=fairshare or {},
+        accounts=accounts,
+    )
+
+
+def team_tree(alice_priority: int = 0) -> AccountTree:
+    return AccountTree(
+        [Account("team", shares=1), Account("other", shares=1)],
+        [User("alice", "team", priority=alice_priority), User("bob", "other", priority=8)],
+    )
+
+
+@pytest.mark.parametrize(
+    ("weights", "job", "now", "expected"),
+    [
+        # age 3600 / 7200 -> 0.5 x 1000 = 500
+        ({"weight_age": 1000, "max_age_s": 7200}, pending(), 3600, 500.0),
+        # age 10000 is past the 7200 cap -> 1 x 1000 = 1000
+        ({"weight_age": 1000, "max_age_s": 7200}, pending(), 10_000, 1000.0),
+        # submitted after now (clock skew) -> age 0
+        ({"weight_age": 1000, "max_age_s": 7200}, pending(submit_time=50), 0, 0.0),
+        # 4 of 16 GPUs -> 0.25 x 800 = 200
+        ({"weight_job_size": 800}, pending(request=Request(gpus=4)), 0, 200.0),
+        # favour small: 1 - 4/16 = 0.75 x 800 = 600
+        ({"weight_job_size": 800, "favor_small": True}, pending(request=Request(gpus=4)), 0, 600.0),
+        # a gang of 4 x 8 GPUs asks for 32 of 16: capped at 1 x 800
+        ({"weight_job_size": 800}, pending(request=Request(gpus=8, nodes=4)), 0, 800.0),
+        # half a GPU: 0.5 / 16 x 3200 = 100
+        ({"weight_job_size": 3200}, pending(request=Request(gpu_milli=500)), 0, 100.0),
+        # partition batch: PriorityJobFactor 1 over the largest, 4 -> 0.25 x 1000 = 250
+        ({"weight_partition": 1000}, pending(), 0, 250.0),
+        # partition urgent: 4 / 4 -> 1 x 1000
+        ({"weight_partition": 1000}, pending(partition="urgent"), 0, 1000.0),
+        # QoS normal: 50 / 100 -> 0.5 x 10000 = 5000
+        ({"weight_qos": 10_000}, pending(), 0, 5000.0),
+        # QoS low: 0 / 100 -> 0
+        ({"weight_qos": 10_000}, pending(qos="low"), 0, 0.0),
+        # nice 100 is subtracted whatever the weights
+        ({}, pending(priority_nice=100), 0, -100.0),
+        # fairshare given by user: 0.3 x 10000 = 3000
+        ({"weight_fairshare": 10_000}, pending(), 0, 3000.0),
+    ],
+)
+def test_multifactor_factor_table(
+    weights: dict[str, Any], job: Job, now: int, expected: float
+) -> None:
+    ordering = Multifactor(MultifactorArgs(**(NO_WEIGHTS | weights)))
+    snap = snapshot(job, fairshare={"alice": 0.3})
+    assert ordering.priorities(snap, [job], now).tolist() == pytest.approx([expected])
+
+
+def test_multifactor_sums_every_weighted_factor() -> None:
+    args = MultifactorArgs(
+        weight_age=1000,
+        weight_fairshare=2000,
+        weight_job_size=1600,
+        weight_partition=400,
+        weight_qos=100,
+        weight_assoc=800,
+        max_age_s=1000,
+    )
+    job = pending(request=Request(gpus=8), qos="high", partition="urgent", priority_nice=7)
+    accounts = AccountUsage(team_tree(alice_priority=2), np.zeros(5))
+    # age 250/1000 x 1000 = 250; fairshare: nobody ran, alice ties first -> 1 x 2000 = 2000;
+    # size 8/16 x 1600 = 800; partition 4/4 x 400 = 400; qos 100/100 x 100 = 100;
+    # assoc 2 / 8 (bob's) x 800 = 200; minus nice 7
+    # 250 + 2000 + 800 + 400 + 100 + 200 - 7 = 3743
+    assert Multifactor(args).priorities(snapshot(job, accounts=accounts), [job], 250)[0] == 3743
+
+
+def test_multifactor_fairshare_from_the_account_tree() -> None:
+    tree = team_tree()
+    usage = np.zeros(len(tree))
+    usage[tree.user("other", "bob")] = 100.0
+    jobs = [pending("a"), pending("b", user="bob", account="other"), pending("x", user="eve")]
+    args = MultifactorArgs(**(NO_WEIGHTS | {"weight_fairshare": 1000}))
+    snap = snapshot(*jobs, accounts=AccountUsage(tree, usage))
+    # Fair Tree: team never ran (LF inf) -> alice 2/2; other -> bob 1/2; eve has no association -> 0
+    assert Multifactor(args).priorities(snap, jobs, 0).tolist() == [1000.0, 500.0, 0.0]
+    classic = MultifactorArgs(
+        **(NO_WEIGHTS | {"weight_fairshare": 1000}), fairshare=FairshareArgs(algorithm="classic")
+    )
+    # classic: alice 2^0 = 1; bob used everything: U_E 1 over S 0.5 -> 2^-2 = 0.25
+    assert Multifactor(classic).priorities(snap, jobs, 0).tolist() == [1000.0, 250.0, 0.0]
+
+
+def test_multifactor_without_qos_or_partition_priorities_gives_zero() -> None:
+    job = pending(qos="plain", partition="flat")
+    snap = Snapshot(
+        state=cluster(node("n").gpus(8)),
+        running=(),
+        pending=[job],
+        qos={"plain": QoS("plain")},
+        partitions={"flat": Partition("flat", priority_job_factor=0)},
+        now=0,
+    )
+    args = MultifactorArgs(**(NO_WEIGHTS | {"weight_qos": 100, "weight_partition": 100}))
+    # largest QoS priority and PriorityJobFactor are both 0 -> both factors 0
+    assert Multifactor(args).priorities(snap, [job], 0).tolist() == [0.0]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "weight_age",
+        "weight_fairshare",
+        "weight_job_size",
+        "weight_partition",
+        "weight_qos",
+        "weight_assoc",
+    ],
+)
+def test_multifactor_args_reject_negative_weights_naming_the_key(key: str) -> None:
+    with pytest.raises(ValidationError, match=key):
+        MultifactorArgs(**{key: -1})
+
+
+def test_multifactor_args_carry_slurms_names() -> None:
+    slurm = {k: f.description for k, f in MultifactorArgs.model_fields.items() if f.description}
+    assert slurm["weight_qos"] == "PriorityWeightQOS"
+    assert slurm["max_age_s"].startswith("PriorityMaxAge")
+    assert slurm["favor_small"].startswith("PriorityFavorSmall")
+    with pytest.raises(ValidationError, match="max_age_s"):
+        MultifactorArgs(max_age_s=0)
+
+
+def test_multifactor_orders_the_cycle() -> None:
+    """One node of 8 GPUs, two 8-GPU jobs: the under-served user's job starts."""
+    tree = team_tree()
+    usage = np.zeros(len(tree))
+    usage[tree.user("team", "alice")] = 50.0
+    early = pending("early", request=Request(gpus=8))
+    fair = pending("fair", request=Request(gpus=8), user="bob", account="other", submit_time=10)
+    snap = Snapshot(
+        state=cluster(node("n").gpus(8)),
+        running=(),
+        pending=[early, fair],
+        qos=QOS,
+        partitions=PARTITIONS,
+        now=20,
+        accounts=AccountUsage(tree, usage),
+    )
+    profile = SchedulingProfile(Multifactor(), PlacementProfile("first", [(FirstFit(), 1.0)]))
+    plan = run_cycle(snap, profile)
+    # bob's account never ran: fairshare 1 x 10000 beats alice's 0.5 x 10000 and 10 s more age
+    assert list(plan.starts) == ["fair"]
+    assert plan.reasons == {"early": "Resources"}
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        (pending(time_limit_s=7200), -7200.0),  # no estimate: the time limit
+        (pending(time_limit_s=7200, runtime_estimate_s=600), -600.0),  # the predictor's estimate
+        (pending(time_limit_s=7200, runtime_estimate_s=0), 0.0),  # an estimate of 0 still counts
+    ],
+)
+def test_sjf_runtime_estimate(job: Job, expected: float) -> None:
+    assert ShortestJobFirst().priorities(snapshot(job), [job], 0).tolist() == [expected]
+
+
+def test_sjf_orders_shortest_first() -> None:
+    jobs = [
+        pending("long", time_limit_s=900),
+        pending("short", time_limit_s=60),
+        pending("mid", time_limit_s=300),
+    ]
+    prio = ShortestJobFirst().priorities(snapshot(*jobs), jobs, 0)
+    assert [jobs[i].id for i in np.argsort(-prio, kind="stable")] == ["short", "mid", "long"]
+
+
+def test_las_continuous_prefers_least_attained_service() -> None:
+    # attained GPU-seconds: 8 GPUs x 100 s = 800; 1 GPU x 500 s = 500; never ran = 0
+    jobs = [
+        pending("big", gpu_seconds_attained=800.0),
+        pending("small", gpu_seconds_attained=500.0),
+        pending("new"),
+    ]
+    prio = LeastAttainedService().priorities(snapshot(*jobs), jobs, 0)
+    assert prio.tolist() == [-800.0, -500.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("attained", "queue"),
+    [
+        (0.0, 0),  # below the first threshold (3600)
+        (3599.0, 0),
+        (3600.0, 1),  # reaching a threshold demotes: 3600 <= x < 36000
+        (20_000.0, 1),
+        (36_000.0, 2),  # past the last threshold: the last queue
+        (1e9, 2),
+    ],
+)
+def test_las_discretised_queues(attained: float, queue: int) -> None:
+    las = LeastAttainedService(LasArgs(thresholds_gpu_s=(3600.0, 36_000.0)))
+    job = pending(gpu_seconds_attained=attained)
+    assert las.priorities(snapshot(job), [job], 0).tolist() == [-queue]
+
+
+def test_las_jobs_in_one_queue_tie_so_the_cycle_keeps_submission_order() -> None:
+    las = LeastAttainedService(LasArgs(thresholds_gpu_s=(1000.0,)))
+    jobs = [pending("a", gpu_seconds_attained=900.0), pending("b", gpu_seconds_attained=10.0)]
+    # both in queue 0 (below 1000): equal priorities, unlike continuous LAS
+    assert las.priorities(snapshot(*jobs), jobs, 0).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("thresholds", [(0.0,), (10.0, 10.0), (20.0, 10.0), (-5.0,)])
+def test_las_args_reject_thresholds_not_increasing(thresholds: tuple[float, ...]) -> None:
+    with pytest.raises(ValidationError, match="thresholds_gpu_s"):
+        LasArgs(thresholds_gpu_s=thresholds)
+
+
+def test_names_are_registry_keys() -> None:
+    assert (Multifactor.NAME, ShortestJobFirst.NAME, LeastAttainedService.NAME) == (
+        "multifactor",
+        "sjf",
+        "las",
+    )
