@@ -1,0 +1,169 @@
+"""What ``gpufleet sim fill --out`` writes, checked against the trace files alone.
+
+The placement check reads only the CSV files (no gpufleet code), so anyone can
+re-run it on a placements file: no GPU over 1000 milli-GPU, no node over its
+CPU or memory, every task shaped as its pod asked and on an allowed model. The
+allocation curve in ``curves.csv`` is rebuilt from the placements file too.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.main import main
+from gpufleet.sim.fill import FillRun
+from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, bundled
+from gpufleet.sim.report import summarize
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NODES = FIXTURES / "nodes.csv"
+PODS = FIXTURES / "pods.csv"
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def check_placements(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> None:
+    """Assert the placements respect every capacity and the shape each pod asked for."""
+    nodes = {row["sn"]: row for row in read(nodes_csv)}
+    pods = {row["name"]: row for row in read(pods_csv)}
+    gpu_used: defaultdict[tuple[str, int], int] = defaultdict(int)
+    cpu_used: defaultdict[str, int] = defaultdict(int)
+    mem_used: defaultdict[str, int] = defaultdict(int)
+    with placements_csv.open(newline="") as handle:
+        reader = csv.reader(handle)
+        assert next(reader) == ["pod", "node", "gpus", "gpu_milli", "cpu_milli", "memory_mib"]
+        rows = list(reader)
+    assert rows
+    for pod_name, node_name, gpus, gpu_milli, cpu, mem in rows:
+        pod = pods[pod_name]
+        assert (int(cpu), int(mem)) == (int(pod["cpu_milli"]), int(pod["memory_mib"]))
+        if not node_name:  # left unplaced
+            assert gpus == ""
+            continue
+        node = nodes[node_name]
+        indices = [int(g) for g in gpus.split("|")] if gpus else []
+        assert len(indices) == int(pod["num_gpu"])
+        if indices:
+            assert int(gpu_milli) == int(pod["gpu_milli"])
+            allowed = pod["gpu_spec"].split("|") if pod["gpu_spec"] else [node["model"]]
+            assert node["model"] in allowed
+        for g in indices:
+            assert 0 <= g < int(node["gpu"])
+            gpu_used[node_name, g] += int(gpu_milli)
+        cpu_used[node_name] += int(cpu)
+        mem_used[node_name] += int(mem)
+    assert max(gpu_used.values()) <= 1000
+    for name, used in cpu_used.items():
+        assert used <= int(nodes[name]["cpu_milli"])
+    for name, used in mem_used.items():
+        assert used <= int(nodes[name]["memory_mib"])
+
+
+def gpu_capacity(nodes_csv: Path) -> int:
+    return 1000 * sum(int(row["gpu"]) for row in read(nodes_csv))
+
+
+def replay_allocation(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> list[float]:
+    """The allocation curve, rebuilt from the placements file (one row per pod, in arrival
+    order): at each whole percent of capacity arrived, the % of capacity allocated."""
+    capacity = gpu_capacity(nodes_csv)
+    pods = {row["name"]: row for row in read(pods_csv)}
+    curve: list[float] = []
+    arrived = allocated = 0
+    for row in read(placements_csv):
+        pod = pods[row["pod"]]
+        arrived += int(pod["num_gpu"]) * int(pod["gpu_milli"])
+        if row["gpus"]:
+            allocated += len(row["gpus"].split("|")) * int(row["gpu_milli"])
+        while arrived * 100 >= len(curve) * capacity and len(curve) <= 130:
+            curve.append(100 * allocated / capacity)
+    return curve
+
+
+def test_out_writes_curves_plot_and_placements(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    trace = ["--nodes", str(NODES), "--pods", str(PODS)]
+    args = ["--policy", "best-fit,random", "--seeds", "42-43", "--workers", "1", "--json"]
+    status = main(["sim", "fill", *trace, *args, "--out", str(out)])
+    assert status == 0
+    results = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]
+    names = {"curves.csv", "fill.png"} | {
+        f"placements-{p}-{s}.csv" for p in ("best-fit", "random") for s in (42, 43)
+    }
+    assert {p.name for p in out.iterdir()} == names
+    assert (out / "fill.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    with (out / "curves.csv").open(newline="") as handle:
+        reader = csv.reader(handle)
+        assert next(reader) == ["policy", "seed", "metric", *(str(k) for k in range(131))]
+        curves = {(p, int(s), m): [float(x) for x in xs] for p, s, m, *xs in reader}
+    # 2 policies x 2 seeds x 2 metrics.
+    assert len(curves) == 8
+    for (policy, seed, metric), curve in curves.items():
+        assert len(curve) == 131
+        assert all(0 <= x <= 100 for x in curve)
+        if metric == "alloc_pct":
+            # No departures: allocation never falls as load arrives.
+            assert curve == sorted(curve)
+            placements = out / f"placements-{policy}-{seed}.csv"
+            check_placements(NODES, PODS, placements)
+            replayed = replay_allocation(NODES, PODS, placements)
+            assert curve == pytest.approx(replayed, abs=1e-3)
+    for policy, r in results.items():
+        assert r["per_seed_at_100"] == [
+            pytest.approx(curves[policy, s, "alloc_pct"][100], abs=1e-3) for s in (42, 43)
+        ]
+
+
+def run(policy: str, seed: int, alloc: list[float], frag: float, seconds: float) -> FillRun:
+    return FillRun(policy, seed, alloc, [frag] * len(alloc), seconds, arrivals=0, placed=0)
+
+
+def test_summary_arithmetic() -> None:
+    # Curves over 0..130%; the gap is the first k with allocation <= k - 1.
+    on_diagonal = [float(k) for k in range(131)]
+    gap_at_90 = [float(min(k, 89.5)) for k in range(131)]  # 89.5 <= 90 - 1 at k = 90
+    gap_at_95 = [float(min(k, 94)) for k in range(131)]  # 94 <= 95 - 1 at k = 95
+    summaries = summarize(
+        [
+            run("a", 1, gap_at_90, frag=2.0, seconds=1.0),
+            run("a", 2, gap_at_95, frag=4.0, seconds=5.0),
+            run("a", 3, on_diagonal, frag=6.0, seconds=2.0),
+            run("b", 1, on_diagonal, frag=0.0, seconds=3.0),
+        ]
+    )
+    assert [s.policy for s in summaries] == ["a", "b"]
+    a, b = summaries
+    assert a.per_seed_at_100 == [89.5, 94.0, 100.0]
+    assert a.alloc_pct_at_100 == pytest.approx(283.5 / 3)  # (89.5 + 94 + 100) / 3
+    assert a.alloc_pct_at_130 == pytest.approx(313.5 / 3)  # (89.5 + 94 + 130) / 3
+    assert a.frag_pct_at_100 == pytest.approx(4.0)  # (2 + 4 + 6) / 3
+    assert a.seconds_per_run == 2.0  # median of 1, 5, 2
+    assert a.first_gap_level == 95  # lower median of 90, 95, never
+    assert b.first_gap_level is None  # its only seed never trails
+
+
+@pytest.mark.slow  # one full openb run: about 1,200 nodes and 8,000 arrivals
+def test_openb_best_fit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = ["--policy", "best-fit", "--seeds", "42", "--json", "--out", str(tmp_path)]
+    status = main(["sim", "fill", *args])
+    assert status == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])["results"]["best-fit"]
+    # The FGD paper reports 92.86% for best fit (mean of seeds 42-51).
+    assert result["alloc_pct_at_100"] > 90
+    nodes, pods = bundled(DEFAULT_NODES), bundled(DEFAULT_PODS)
+    placements = tmp_path / "placements-best-fit-42.csv"
+    check_placements(nodes, pods, placements)
+    curve = next(row for row in read(tmp_path / "curves.csv") if row["metric"] == "alloc_pct")
+    replayed = replay_allocation(nodes, pods, placements)
+    assert [float(curve[str(k)]) for k in range(131)] == pytest.approx(replayed, abs=1e-3)
