@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,10 +13,10 @@ from pydantic import ValidationError
 from builders import cluster, node
 from gpufleet.core.accounts import Account, AccountTree, AccountUsage, User
 from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
-from gpufleet.core.job import Job, Partition, QoS
+from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.model import Request
 from gpufleet.core.placement import PlacementProfile
-from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.fairshare import FairshareArgs, charge
 from gpufleet.policies.placement.fit import FirstFit
 from gpufleet.policies.priority import (
     LasArgs,
@@ -282,3 +283,45 @@ def test_names_are_registry_keys() -> None:
         "sjf",
         "las",
     )
+
+
+def test_fairshare_converges_to_the_shares_over_a_long_run() -> None:
+    """The issue's scenario, through the real cycle: three accounts of 60, 30 and 10
+    shares keep one node of 8 GPUs busy with 1-GPU, 100 s jobs for 300 cycles; every
+    100 s the usage is charged and decayed, finished jobs leave and the cycle starts
+    more. Each account's share of the usage approaches its share of the tree.
+    """
+    tree = AccountTree(
+        [Account("a", shares=60), Account("b", shares=30), Account("c", shares=10)],
+        [User("ua", "a"), User("ub", "b"), User("uc", "c")],
+    )
+    state = cluster(node("n").gpus(8))
+    args = MultifactorArgs()
+    profile = SchedulingProfile(Multifactor(args), PlacementProfile("first", [(FirstFit(), 1.0)]))
+    accounts = AccountUsage(tree, np.zeros(len(tree)))
+    running: list[RunningJob] = []
+    serial = 0
+    for now in range(0, 30_000, 100):
+        accounts = charge(accounts, running, state, QOS, 100 if now else 0, args.fairshare)
+        for r in running:  # every job runs exactly one step
+            for a in r.assignments:
+                state.release(a)
+        queue = [
+            pending(f"{u}{serial + k}", user=u, account=a, submit_time=now)
+            for a, u in (("a", "ua"), ("b", "ub"), ("c", "uc"))
+            for k in range(8)
+        ]
+        serial += 8
+        snap = Snapshot(state, (), queue, QOS, PARTITIONS, now, accounts=accounts)
+        plan = run_cycle(snap, profile)
+        by_id = {j.id: j for j in queue}
+        running = []
+        for job_id, placed in plan.starts.items():
+            for a in placed:
+                state.allocate(a)
+            job = replace(by_id[job_id], state=JobState.RUNNING, start_time=now)
+            running.append(RunningJob(job, tuple(placed), now + 100))
+        assert len(running) == 8  # the node never idles
+    rolled = tree.rollup(accounts.usage)
+    shares = [rolled[tree.account(a)] / rolled[0] for a in "abc"]
+    assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.03)
