@@ -47,6 +47,8 @@ _REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     for f in fields(Request)
 }
 _REQUIRED = ("id", "submit_time", "duration_s", "request")
+# A Request's complaint keeps its "request." prefix here, as the JSON nests it.
+_NESTED = {f"request.{name}": f"request.{name}" for name in _REQUEST_TYPES}
 
 
 def dump_history(path: Path, jobs: Iterable[TraceJob]) -> None:
@@ -89,7 +91,7 @@ def _job(path: Path, line: int, text: str) -> TraceJob:
     spec = {k: _typed(path, line, f"request.{k}", v, _REQUEST_TYPES[k]) for k, v in raw.items()}
     if "gpu_models" in spec:
         spec["gpu_models"] = frozenset(spec["gpu_models"])
-    with located(path, line):
+    with located(path, line, _NESTED):
         values["request"] = Request(**spec)
         return TraceJob(**values)
 

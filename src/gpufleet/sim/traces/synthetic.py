@@ -212,8 +212,8 @@ def generate_from_options(text: str) -> list[TraceJob]:
         first = e.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or None
         raise TraceError("synthetic", None, field, first["msg"]) from None
-    except ValueError as e:
-        raise TraceError("synthetic", None, None, str(e)) from None
+    except InvalidSpec as e:
+        raise TraceError("synthetic", None, e.field, e.reason) from None
 
 
 def _request(size: float, shape: WorkloadShape) -> Request:

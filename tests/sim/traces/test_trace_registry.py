@@ -1,0 +1,61 @@
+"""load_trace: FORMAT:PATH specs reach the right loader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpufleet.sim.traces import LOADERS, TraceError, dump_history, generate, load_trace
+
+FIXTURE_OF = {
+    "openb": "openb_pods.csv",
+    "swf": "tiny.swf",
+    "tiresias": "tiresias.csv",
+    "sacct": "sacct.psv",
+    "generic": "generic.csv",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_OF))
+def test_spec_picks_the_loader(fixture: Callable[[str], Path], name: str) -> None:
+    path = fixture(FIXTURE_OF[name])
+    jobs = load_trace(f"{name}:{path}")
+    assert jobs == LOADERS[name](path)
+    assert [j.submit_time for j in jobs] == sorted(j.submit_time for j in jobs)
+
+
+def test_history_spec(tmp_path: Path) -> None:
+    jobs = generate(20, seed=5, gpus_total=16)
+    dump_history(tmp_path / "past.jsonl", jobs)
+    assert load_trace(f"history:{tmp_path / 'past.jsonl'}") == jobs
+
+
+def test_synthetic_spec() -> None:
+    assert load_trace("synthetic:n_jobs=30,seed=2,gpus_total=16") == generate(
+        30, seed=2, gpus_total=16
+    )
+
+
+def test_every_format_is_covered() -> None:
+    assert set(LOADERS) == {*FIXTURE_OF, "history"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("jobs.swf", "jobs.swf: a trace is given as FORMAT:PATH, e.g. swf:jobs.swf"),
+        ("swf:", "swf:: a trace is given as FORMAT:PATH, e.g. swf:jobs.swf"),
+        (
+            "pbs:jobs.log",
+            "pbs:jobs.log: format: unknown trace format 'pbs' "
+            "(known: openb, swf, tiresias, sacct, generic, history, synthetic)",
+        ),
+        ("tiresias:/no/such/file.csv", "/no/such/file.csv: no such file"),
+    ],
+)
+def test_bad_spec(spec: str, message: str) -> None:
+    with pytest.raises(TraceError) as err:
+        load_trace(spec)
+    assert str(err.value) == message

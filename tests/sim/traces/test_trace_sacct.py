@@ -1,0 +1,176 @@
+"""sacct -P: TRES, timestamps, Slurm durations, and which jobs count as run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpufleet.sim.openb import TraceError
+from gpufleet.sim.traces.sacct import SacctOptions, load_sacct, slurm_seconds
+
+Corrupt = Callable[[str, int, str, str], Path]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("00:00:45", 45),
+        ("01:00:00", 3600),
+        ("05:00", 300),  # MM:SS
+        ("30", 1800),  # bare minutes
+        ("1-00:00:00", 86400),
+        ("1-02:03:04", 93784),  # 86400 + 2 x 3600 + 3 x 60 + 4
+        ("2-03", 183600),  # D-HH: 2 x 86400 + 3 x 3600
+        ("00:00:01.500", 2),  # fractions round up
+        ("100:00:00", 360000),  # hours past a day without D-
+    ],
+)
+def test_slurm_seconds(text: str, expected: int) -> None:
+    assert slurm_seconds(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1:2:3:4", "00:61:00", "x-01:00:00", "-5", "01::00"])
+def test_slurm_seconds_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        slurm_seconds(text)
+
+
+def test_loads_jobs_that_ran(fixture: Callable[[str], Path]) -> None:
+    jobs = load_sacct(fixture("sacct.psv"))
+    # 12 is PENDING, 13 never started (Start None, no AllocTRES), 10.batch is a step.
+    assert [j.id for j in jobs] == ["15", "10", "11", "14"]
+    # Submit times count from the earliest, 09:59:00 (job 15).
+    assert [j.submit_time for j in jobs] == [0, 60, 90, 240]
+    # 45 s; 1 h; 2 h; running for 1-02:03:04 so far
+    assert [j.duration_s for j in jobs] == [45, 3600, 7200, 93784]
+    # 05:00; 1 day; UNLIMITED; 2 days
+    assert [j.time_limit_s for j in jobs] == [300, 86400, None, 172800]
+    first = jobs[1]
+    assert (first.user, first.account, first.qos, first.partition) == (
+        "ana",
+        "vision",
+        "normal",
+        "gpu",
+    )
+
+
+def test_requests_from_alloc_tres(fixture: Callable[[str], Path]) -> None:
+    jobs = {j.id: j.request for j in load_sacct(fixture("sacct.psv"))}
+    # 2 GPUs, 2 CPUs, 16G = 16384 MiB on one node
+    assert (jobs["10"].gpus, jobs["10"].cpu_milli, jobs["10"].memory_mib) == (2, 2000, 16384)
+    # gres/gpu:h100=16 over 2 nodes: 8 each; 32 CPUs -> 16000 milli; 500G -> 256000 MiB each
+    big = jobs["11"]
+    assert (big.gpus, big.nodes, big.cpu_milli, big.memory_mib) == (8, 2, 16000, 256000)
+    # allocated, not requested: cpu=4 in AllocTRES
+    assert jobs["14"].cpu_milli == 4000
+    # a CPU-only job: 8G = 8192 MiB
+    assert (jobs["15"].gpu_count, jobs["15"].memory_mib) == (0, 8192)
+    assert all(not r.gpu_models for r in jobs.values())  # no model map: any model
+
+
+def test_gpu_model_map(fixture: Callable[[str], Path]) -> None:
+    options = SacctOptions(gpu_models={"h100": "H100-80GB", "a100": "A100-80GB"})
+    jobs = {j.id: j.request for j in load_sacct(fixture("sacct.psv"), options)}
+    assert jobs["10"].gpu_models == {"A100-80GB"}
+    assert jobs["11"].gpu_models == {"H100-80GB"}
+    assert jobs["14"].gpu_models == frozenset()  # untyped gres/gpu
+
+
+def test_gpu_model_map_rejects_unknown_models() -> None:
+    with pytest.raises(ValueError, match="unknown GPU model 'H1000'"):
+        SacctOptions(gpu_models={"h100": "H1000"})
+
+
+def test_req_tres_replaces_a_missing_alloc_tres(
+    tmp_path: Path, fixture: Callable[[str], Path]
+) -> None:
+    lines = fixture("sacct.psv").read_text().splitlines()
+    path = tmp_path / "requested.psv"
+    path.write_text("\n".join(line.rsplit("|", 1)[0] for line in lines) + "\n")
+    jobs = {j.id: j.request for j in load_sacct(path)}
+    assert list(jobs) == ["15", "10", "11", "14"]  # 13 still never started
+    assert jobs["14"].cpu_milli == 1000  # cpu=1 requested, where 4 were allocated
+
+
+def test_end_replaces_a_missing_elapsed(tmp_path: Path, fixture: Callable[[str], Path]) -> None:
+    lines = fixture("sacct.psv").read_text().splitlines()
+    without = ["|".join(f for i, f in enumerate(line.split("|")) if i != 10) for line in lines]
+    path = tmp_path / "noelapsed.psv"
+    path.write_text("\n".join(without[:2]) + "\n")
+    assert load_sacct(path)[0].duration_s == 3600  # 11:00:05 - 10:00:05
+
+
+@pytest.mark.parametrize(
+    ("line", "old", "new", "field", "reason"),
+    [
+        (
+            2,
+            "|01:00:00|",
+            "|an hour|",
+            "Elapsed",
+            "'an hour' is not a Slurm duration ([D-]HH:MM:SS)",
+        ),
+        (
+            2,
+            "|1-00:00:00|",
+            "|forever|",
+            "Timelimit",
+            "'forever' is not a Slurm duration ([D-]HH:MM:SS)",
+        ),
+        (2, "2026-01-01T10:00:00", "yesterday", "Submit", "'yesterday' is not an ISO timestamp"),
+        (
+            2,
+            "|2026-01-01T10:00:05|2026-01-01T11",
+            "|soon|2026-01-01T11",
+            "Start",
+            "'soon' is not an ISO timestamp",
+        ),
+        (4, "|2|billing", "|0|billing", "NNodes", "must be 1 or more, got 0"),
+        (
+            2,
+            "gres/gpu=2,mem=16G,node=1\n",
+            "gres/gpu=two,mem=16G,node=1\n",
+            "AllocTRES",
+            "'two' is not a whole number",
+        ),
+        (
+            2,
+            "mem=16G,node=1\n",
+            "mem=16Q,node=1\n",
+            "AllocTRES",
+            "mem='16Q' is not a memory amount",
+        ),
+        (
+            2,
+            "billing=2,cpu=2,gres/gpu:a100",
+            "billing2,cpu=2,gres/gpu:a100",
+            "AllocTRES",
+            "'billing2' is not a name=value TRES entry",
+        ),
+        (
+            8,
+            "|cpu|normal|2026-01-01T09:59:00|",
+            "|cpu|normal|Unknown|",
+            "Submit",
+            "'Unknown': a job needs a submit time",
+        ),
+        (
+            8,
+            "billing=4,cpu=4,mem=8G,node=1\n",
+            "billing=4,node=1\n",
+            "AllocTRES",
+            "asks for nothing: give CPUs, GPUs or a MIG profile",
+        ),
+        (1, "|ReqTRES|AllocTRES", "|Req|Alloc", "AllocTRES", "column missing from the header"),
+        (1, "|NNodes|", "|Nodes|", "NNodes", "column missing from the header"),
+    ],
+)
+def test_malformed_row_names_row_and_field(
+    corrupt: Corrupt, line: int, old: str, new: str, field: str, reason: str
+) -> None:
+    path = corrupt("sacct.psv", line, old, new)
+    with pytest.raises(TraceError) as err:
+        load_sacct(path)
+    assert str(err.value) == f"{path}, row {line}: {field}: {reason}"
