@@ -94,6 +94,13 @@ def test_req_tres_replaces_a_missing_alloc_tres(
     assert jobs["14"].cpu_milli == 1000  # cpu=1 requested, where 4 were allocated
 
 
+def test_trailing_separator_of_sacct_p(tmp_path: Path, fixture: Callable[[str], Path]) -> None:
+    lines = fixture("sacct.psv").read_text().splitlines()
+    path = tmp_path / "p.psv"
+    path.write_text("".join(line + "|\n" for line in lines))
+    assert load_sacct(path) == load_sacct(fixture("sacct.psv"))
+
+
 def test_end_replaces_a_missing_elapsed(tmp_path: Path, fixture: Callable[[str], Path]) -> None:
     lines = fixture("sacct.psv").read_text().splitlines()
     without = ["|".join(f for i, f in enumerate(line.split("|")) if i != 10) for line in lines]

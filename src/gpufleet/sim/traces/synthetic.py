@@ -9,7 +9,7 @@ once with numpy (100,000 jobs take well under a second to draw):
   default keeps 1-GPU jobs the most common, with a fifth of jobs fractional
   and a few percent multi-node, the shape the Philly, Helios and PAI traces
   report: most jobs are small, most GPU time goes to the large ones.
-* **Duration** from a log-normal (heavy-tailed: the p99 is about 60 times
+* **Duration** from a log-normal (heavy-tailed: the p99 is about 66 times
   the median at the default ``duration_sigma`` 1.8), with the median growing
   as ``gpus ** size_duration_exponent`` (larger jobs run longer), clipped to
   ``[min_duration_s, max_duration_s]``.
