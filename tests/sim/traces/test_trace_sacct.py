@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.sacct import SacctOptions, load_sacct, slurm_seconds
@@ -35,6 +37,14 @@ def test_slurm_seconds(text: str, expected: int) -> None:
 def test_slurm_seconds_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         slurm_seconds(text)
+
+
+@given(st.integers(0, 400 * 86400))
+def test_slurm_seconds_reads_what_slurm_writes(total: int) -> None:
+    days, rest = divmod(total, 86400)
+    clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    # sacct writes D-HH:MM:SS from a day up, HH:MM:SS below
+    assert slurm_seconds(f"{days}-{clock}" if days else clock) == total
 
 
 def test_loads_jobs_that_ran(fixture: Callable[[str], Path]) -> None:

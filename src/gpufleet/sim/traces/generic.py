@@ -81,7 +81,7 @@ def load_generic(path: Path) -> list[TraceJob]:
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     for index, (line, row) in enumerate(table_rows(path, REQUIRED)):
         if index == 0:
-            _check_columns(path, row)
+            _check_columns(path, 1, row)
         yield line, row
 
 
@@ -102,15 +102,17 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             missing = [c for c in REQUIRED if c not in row]
             if missing:
                 raise TraceError(path, None, missing[0], "column missing")
-            _check_columns(path, row)
+            _check_columns(path, None, row)
         yield number, row
 
 
-def _check_columns(path: Path, row: Mapping[str, str]) -> None:
+def _check_columns(path: Path, header_row: int | None, row: Mapping[str, str]) -> None:
     known = (*REQUIRED, *OPTIONAL)
     unknown = [c for c in row if c not in known]
     if unknown:
-        raise TraceError(path, 1, unknown[0], f"unknown column (known: {', '.join(known)})")
+        raise TraceError(
+            path, header_row, unknown[0], f"unknown column (known: {', '.join(known)})"
+        )
 
 
 def _job(path: Path, line: int, row: Mapping[str, str]) -> TraceJob:
