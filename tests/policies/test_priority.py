@@ -151,6 +151,27 @@ def test_multifactor_fairshare_from_the_account_tree() -> None:
     assert Multifactor(classic).priorities(snap, jobs, 0).tolist() == [1000.0, 250.0, 0.0]
 
 
+def test_multifactor_skips_factors_whose_weight_is_zero() -> None:
+    job = pending(request=Request(gpus=8), qos="high", partition="urgent")
+    args = MultifactorArgs(**(NO_WEIGHTS | {"weight_qos": 10}))
+    f = Multifactor(args).factors(snapshot(job, fairshare={"alice": 1.0}), [job], 10_000)
+    # only QoS is weighted: 100 / 100 -> 1; age, size, partition and fairshare read 0
+    assert (f.qos[0], f.age[0], f.job_size[0], f.partition[0], f.fairshare[0]) == (1, 0, 0, 0, 0)
+
+
+def test_multifactor_follows_new_usage() -> None:
+    tree = team_tree()
+    jobs = [pending("a"), pending("b", user="bob", account="other")]
+    ordering = Multifactor(MultifactorArgs(**(NO_WEIGHTS | {"weight_fairshare": 2})))
+    alice_ran = AccountUsage(tree, np.array([0, 0, 0, 5.0, 0]))
+    bob_ran = AccountUsage(tree, np.array([0, 0, 0, 0, 5.0]))
+    # Fair Tree, 2 users: whoever did not run ranks first -> 2/2 x 2 = 2, the other 1/2 x 2 = 1
+    assert ordering.priorities(snapshot(*jobs, accounts=alice_ran), jobs, 0).tolist() == [1, 2]
+    assert ordering.priorities(snapshot(*jobs, accounts=bob_ran), jobs, 0).tolist() == [2, 1]
+    with pytest.raises(ValueError, match="read-only"):
+        bob_ran.usage[3] = 1.0
+
+
 def test_multifactor_without_qos_or_partition_priorities_gives_zero() -> None:
     job = pending(qos="plain", partition="flat")
     snap = Snapshot(

@@ -106,18 +106,20 @@ class AccountTree:
                 priority.append(priority[p] if a.priority is None else a.priority)
         n_accounts = len(names)
 
-        self._users: dict[tuple[str, str], int] = {}
+        # account -> user -> index: two lookups allocate nothing, unlike a tuple key
+        self._users: dict[str, dict[str, int]] = {}
         for user in users:
             key = f"users.{user.name}"
             if not user.name:
                 raise InvalidSpec(key, "a user needs a name")
             if user.account not in by_name:
                 raise InvalidSpec(f"{key}.account", f"unknown account {user.account!r}")
-            if (user.account, user.name) in self._users:
+            members = self._users.setdefault(user.account, {})
+            if user.name in members:
                 raise InvalidSpec(key, f"associated with account {user.account!r} twice")
             _check_shares(f"{key}.shares", user.shares)
             p = index[user.account]
-            self._users[(user.account, user.name)] = len(names)
+            members[user.name] = len(names)
             names.append(user.name)
             parent.append(p)
             shares.append(user.shares)
@@ -153,12 +155,16 @@ class AccountTree:
 
     def user(self, account: str, name: str) -> int:
         """Index of the association of user ``name`` with ``account``; KeyError if none."""
-        return self._users[(account, name)]
+        return self._users[account][name]
 
-    def lookup(self, pairs: Iterable[tuple[str, str]]) -> IntArray:
-        """Indices of (account, user) associations; -1 for one the tree does not hold."""
+    def lookup(self, accounts: Iterable[str], users: Iterable[str]) -> IntArray:
+        """Indices of the (account, user) associations, pairwise; -1 where the tree has none."""
         get = self._users.get
-        return np.fromiter((get(pair, -1) for pair in pairs), dtype=np.int64)
+        none: dict[str, int] = {}
+        return np.array(
+            [get(a, none).get(u, -1) for a, u in zip(accounts, users, strict=True)],
+            dtype=np.int64,
+        )
 
     def rollup(self, usage: FloatArray) -> FloatArray:
         """Usage of every association including all its descendants'.
@@ -190,17 +196,22 @@ class AccountUsage:
     """The tree with each association's decayed usage: what a driver carries between cycles.
 
     ``usage`` is aligned with the tree's associations and holds what was
-    charged to each directly (see ``policies.fairshare.charge``).
+    charged to each directly (see ``policies.fairshare.charge``). It is
+    immutable: new usage is a new ``AccountUsage``.
     """
 
     tree: AccountTree
     usage: FloatArray
 
     def __post_init__(self) -> None:
-        if self.usage.shape != (len(self.tree),):
+        if np.shape(self.usage) != (len(self.tree),):
             raise InvalidSpec(
-                "usage", f"{self.usage.shape} entries for {len(self.tree)} associations"
+                "usage", f"{np.shape(self.usage)} entries for {len(self.tree)} associations"
             )
+        # A private read-only copy: orderings may cache what they derive from it.
+        usage = np.array(self.usage, dtype=np.float64)
+        usage.flags.writeable = False
+        object.__setattr__(self, "usage", usage)
 
 
 def _check_shares(key: str, value: float) -> None:

@@ -120,7 +120,7 @@ def charge(
     Jobs of associations the tree does not hold bill nobody.
     """
     tree = accounts.tree
-    assoc = tree.lookup((r.job.account, r.job.user) for r in running)
+    assoc = tree.lookup([r.job.account for r in running], [r.job.user for r in running])
     known = assoc >= 0
     gpu_s = np.array([r.job.gpu_milli / MILLI * elapsed_s for r in running])
     weight = np.array([_billing_weight(r, state, args) for r in running])

@@ -119,47 +119,64 @@ class Multifactor:
 
     def __init__(self, args: MultifactorArgs | None = None) -> None:
         self.args = args or MultifactorArgs()
+        # Fairshare per association, kept while the snapshot carries the same usage.
+        self._fairshare: tuple[AccountUsage, FloatArray] | None = None
 
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
         return weighted_priority(self.args, self.factors(snapshot, pending, now))
 
     def factors(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> Factors:
-        """Every factor for every job, aligned with ``pending`` (what ``sprio`` shows)."""
-        args, n = self.args, len(pending)
-        submit = np.fromiter((j.submit_time for j in pending), dtype=np.float64, count=n)
-        gpu_milli = np.fromiter((j.gpu_milli for j in pending), dtype=np.float64, count=n)
-        nice = np.fromiter((j.priority_nice for j in pending), dtype=np.float64, count=n)
-        part_factor = {name: p.priority_job_factor for name, p in snapshot.partitions.items()}
-        qos_priority = {name: q.priority for name, q in snapshot.qos.items()}
-        partition = np.fromiter((part_factor.get(j.partition, 0) for j in pending), np.float64, n)
-        qos = np.fromiter((qos_priority.get(j.qos, 0) for j in pending), np.float64, n)
-        cluster_milli = int(snapshot.state.gpu_exists.sum()) * MILLI
-        fs, assoc = self._association_factors(snapshot, pending)
-        return Factors(
-            age=age_factor(now - submit, args.max_age_s),
-            fairshare=fs,
-            job_size=job_size_factor(gpu_milli, cluster_milli, args.favor_small),
-            partition=relative_to_max(partition, max(part_factor.values(), default=0)),
-            qos=relative_to_max(qos, max(qos_priority.values(), default=0)),
-            assoc=assoc,
-            nice=nice,
-        )
+        """Every factor for every job, aligned with ``pending`` (what ``sprio`` shows).
+
+        A factor whose weight is 0 is not computed and reads 0: it cannot
+        change the order, and skipping it keeps large queues cheap.
+        """
+        args, zero = self.args, np.zeros(len(pending))
+        # One list per attribute: cheaper than generators or tuples per job.
+        nice = np.array([j.priority_nice for j in pending], dtype=np.float64)
+        age = job_size = partition = qos = zero
+        if args.weight_age:
+            submit = np.array([j.submit_time for j in pending], dtype=np.float64)
+            age = age_factor(now - submit, args.max_age_s)
+        if args.weight_job_size:
+            gpu_milli = np.array([j.gpu_milli for j in pending], dtype=np.float64)
+            cluster_milli = int(snapshot.state.gpu_exists.sum()) * MILLI
+            job_size = job_size_factor(gpu_milli, cluster_milli, args.favor_small)
+        if args.weight_partition:
+            factor = {name: p.priority_job_factor for name, p in snapshot.partitions.items()}
+            partition = _by_name(factor, [j.partition for j in pending])
+        if args.weight_qos:
+            priority = {name: q.priority for name, q in snapshot.qos.items()}
+            qos = _by_name(priority, [j.qos for j in pending])
+        fs = assoc = zero
+        if args.weight_fairshare or args.weight_assoc:
+            fs, assoc = self._association_factors(snapshot, pending)
+        return Factors(age, fs, job_size, partition, qos, assoc, nice)
 
     def _association_factors(
         self, snapshot: Snapshot, pending: Sequence[Job]
     ) -> tuple[FloatArray, FloatArray]:
         accounts = snapshot.accounts
         if not isinstance(accounts, AccountUsage):
-            given = snapshot.fairshare
-            fs = np.fromiter((given.get(j.user, 0.0) for j in pending), np.float64, len(pending))
-            return fs, np.zeros(len(pending))
+            get = snapshot.fairshare.get
+            return np.array([get(j.user, 0.0) for j in pending], np.float64), np.zeros(len(pending))
+        if self._fairshare is None or self._fairshare[0] is not accounts:
+            factors = fairshare_factors(accounts.tree, accounts.usage, self.args.fairshare)
+            self._fairshare = (accounts, factors)
+        per_assoc = self._fairshare[1]
         tree = accounts.tree
-        index = tree.lookup((j.account, j.user) for j in pending)
+        index = tree.lookup([j.account for j in pending], [j.user for j in pending])
         known = index >= 0
-        per_assoc = fairshare_factors(tree, accounts.usage, self.args.fairshare)
         priority = relative_to_max(tree.priority.astype(np.float64), float(tree.priority.max()))
         safe = np.where(known, index, 0)
         return np.where(known, per_assoc[safe], 0.0), np.where(known, priority[safe], 0.0)
+
+
+def _by_name(values: dict[str, int], names: list[str]) -> FloatArray:
+    """Each name's value over the largest of all (0 for a name not defined)."""
+    get = values.get
+    raw = np.array([get(name, 0) for name in names], dtype=np.float64)
+    return relative_to_max(raw, max(values.values(), default=0))
 
 
 class ShortestJobFirst:
