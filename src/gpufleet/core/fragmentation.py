@@ -51,10 +51,17 @@ class Workload:
     model_ok: BoolArray
     threshold: IntArray
     level: IntArray
+    capacity: bool = False
 
     @classmethod
     def from_requests(
-        cls, requests: Iterable[Request], models: Sequence[str], *, memory: bool = False
+        cls,
+        requests: Iterable[Request],
+        models: Sequence[str],
+        *,
+        memory: bool = False,
+        capacity: bool = False,
+        popularity: float = 1.0,
     ) -> Workload:
         """Type frequencies of ``requests``; MIG requests are left out.
 
@@ -69,8 +76,21 @@ class Workload:
         )
         if not counts:
             raise ValueError("a workload needs at least one non-MIG request")
-        keys = sorted(counts, key=lambda k: (k[2], k[1], k[0], sorted(k[3])))
-        total = sum(counts.values())
+        if not 0 < popularity <= 1:
+            raise ValueError(f"popularity must be in (0, 1], got {popularity}")
+        # Keep the most popular types until they cover ``popularity`` of all
+        # tasks; rare shapes would otherwise steer placement as much as their
+        # weight says but cost as much to evaluate as common ones.
+        ranked = sorted(counts, key=lambda k: (-counts[k], k[2], k[1], k[0], sorted(k[3]), k[4]))
+        need = popularity * sum(counts.values())
+        kept, covered = [], 0
+        for k in ranked:
+            if covered >= need:
+                break
+            kept.append(k)
+            covered += counts[k]
+        keys = sorted(kept, key=lambda k: (k[2], k[1], k[0], sorted(k[3]), k[4]))
+        total = covered
         threshold = np.array(sorted({k[2] for k in keys}), dtype=np.int64)
         ok = np.array(
             [[not k[3] or m in k[3] for m in models] or [True] for k in keys], dtype=np.bool_
@@ -84,6 +104,7 @@ class Workload:
             model_ok=ok.reshape(len(keys), max(1, len(models))),
             threshold=threshold,
             level=np.searchsorted(threshold, [k[2] for k in keys]).astype(np.int64),
+            capacity=capacity,
         )
 
 
@@ -100,6 +121,7 @@ def _frag(
     w_ok: BoolArray,
     w_threshold: IntArray,
     w_level: IntArray,
+    w_capacity: bool,
     count: IntArray,
     below: IntArray,
 ) -> float:
@@ -114,7 +136,11 @@ def _frag(
         b = 0
         th = w_threshold[j]
         for g in range(free.shape[0]):
-            if free[g] >= th:
+            if th == 0:
+                continue
+            if w_capacity:
+                c += free[g] // th
+            elif free[g] >= th:
                 c += 1
             else:
                 b += free[g]
@@ -123,7 +149,17 @@ def _frag(
     frag = 0.0
     for t in range(w_cpu.shape[0]):
         j = w_level[t]
-        if (
+        if w_capacity:
+            if w_gpus[t] == 0 or not (model < 0 or w_ok[t, model]):
+                frag += w_freq[t] * total
+                continue
+            k = count[j] // w_gpus[t]
+            if w_cpu[t] > 0:
+                k = min(k, cpu // w_cpu[t])
+            if w_mem[t] > 0:
+                k = min(k, mem // w_mem[t])
+            frag += w_freq[t] * (total - k * w_gpus[t] * w_threshold[j])
+        elif (
             w_gpus[t] > 0
             and cpu >= w_cpu[t]
             and mem >= w_mem[t]
@@ -151,13 +187,26 @@ def _node_frag(
     w_ok: BoolArray,
     w_threshold: IntArray,
     w_level: IntArray,
+    w_capacity: bool,
 ) -> None:
     count = np.empty(w_threshold.shape[0], dtype=np.int64)
     below = np.empty(w_threshold.shape[0], dtype=np.int64)
     for i in nodes:
         out[i] = _frag(
-            free[i], cpu[i], mem[i], model[i], w_cpu, w_mem, w_gpus, w_freq, w_ok, w_threshold,
-            w_level, count, below,
+            free[i],
+            cpu[i],
+            mem[i],
+            model[i],
+            w_cpu,
+            w_mem,
+            w_gpus,
+            w_freq,
+            w_ok,
+            w_threshold,
+            w_level,
+            w_capacity,
+            count,
+            below,
         )
 
 
@@ -180,6 +229,7 @@ def _frag_after(
     w_ok: BoolArray,
     w_threshold: IntArray,
     w_level: IntArray,
+    w_capacity: bool,
 ) -> FloatArray:
     """Fragmentation of each option's node after the request is placed there.
 
@@ -204,8 +254,20 @@ def _frag_after(
                     row[g] -= req_milli
                     left -= 1
         out[k] = _frag(
-            row, cpu[i] - req_cpu, mem[i] - req_mem, model[i], w_cpu, w_mem, w_gpus, w_freq,
-            w_ok, w_threshold, w_level, count, below,
+            row,
+            cpu[i] - req_cpu,
+            mem[i] - req_mem,
+            model[i],
+            w_cpu,
+            w_mem,
+            w_gpus,
+            w_freq,
+            w_ok,
+            w_threshold,
+            w_level,
+            w_capacity,
+            count,
+            below,
         )
     return out
 
@@ -222,15 +284,19 @@ class FragmentationMeter:
         self.workload = workload
         # A node's GPUs share one model in every inventory we load; the first
         # GPU's model stands for the node (-1 for a CPU-only node).
-        self.model = state.gpu_model[:, 0].copy() if state.gpu_model.shape[1] else np.full(
-            state.num_nodes, -1, dtype=np.int64
+        self.model = (
+            state.gpu_model[:, 0].copy()
+            if state.gpu_model.shape[1]
+            else np.full(state.num_nodes, -1, dtype=np.int64)
         )
         self._frag = np.zeros(state.num_nodes, dtype=np.float64)
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
 
-    def _w(self) -> tuple[IntArray, IntArray, IntArray, FloatArray, BoolArray, IntArray, IntArray]:
+    def _w(
+        self,
+    ) -> tuple[IntArray, IntArray, IntArray, FloatArray, BoolArray, IntArray, IntArray, bool]:
         w = self.workload
-        return w.cpu, w.memory, w.gpus, w.freq, w.model_ok, w.threshold, w.level
+        return w.cpu, w.memory, w.gpus, w.freq, w.model_ok, w.threshold, w.level, w.capacity
 
     def per_node(self) -> FloatArray:
         """Expected fragment milli-GPU on every node (a read-only view)."""
@@ -238,7 +304,12 @@ class FragmentationMeter:
         stale = np.flatnonzero(st.version != self._seen)
         if len(stale):
             _node_frag(
-                st.gpu_milli_free, st.cpu_free, st.mem_free, self.model, stale, self._frag,
+                st.gpu_milli_free,
+                st.cpu_free,
+                st.mem_free,
+                self.model,
+                stale,
+                self._frag,
                 *self._w(),
             )
             self._seen[stale] = st.version[stale]
@@ -250,8 +321,16 @@ class FragmentationMeter:
     def after(self, nodes: IntArray, gpus: IntArray, request: Request) -> FloatArray:
         """Fragmentation of each (node, GPU) option's node once ``request`` is placed."""
         st = self.state
-        return _frag_after(  # type: ignore[no-any-return]
-            st.gpu_milli_free, st.cpu_free, st.mem_free, self.model, nodes, gpus,
-            request.cpu_milli, request.memory_mib, request.gpu_count, request.milli_per_gpu,
+        return _frag_after(
+            st.gpu_milli_free,
+            st.cpu_free,
+            st.mem_free,
+            self.model,
+            nodes,
+            gpus,
+            request.cpu_milli,
+            request.memory_mib,
+            request.gpu_count,
+            request.milli_per_gpu,
             *self._w(),
         )

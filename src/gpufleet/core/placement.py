@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.core import fit as fitmod
 from gpufleet.core.model import Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
@@ -70,22 +71,26 @@ class PlacementContext:
         self,
         state: ClusterState,
         request: Request,
-        eligible: BoolArray,
         feasible: BoolArray,
         options: Options,
         gang_nodes: Sequence[int] = (),
     ) -> None:
         self.state = state
         self.request = request
-        self.eligible_gpus = eligible
         self.feasible = feasible
         self.options = options
         self.gang_nodes = tuple(gang_nodes)
 
+    @property
+    def eligible_gpus(self) -> BoolArray:
+        """(nodes x GPUs): which GPUs could take one of the request's per-GPU shares now."""
+        return fitmod.eligible_gpus(self.state, self.request, slice(None))
+
     def gpu_free_after(self) -> IntArray:
         """Free milli-GPU on each option's node after placing there (whole node sum)."""
-        st, r, o = self.state, self.request, self.options
-        return st.gpu_milli_free[o.node].sum(axis=1) - r.milli_per_gpu * r.gpu_count
+        st, r = self.state, self.request
+        after: IntArray = st.gpu_free_sum[self.options.node] - r.milli_per_gpu * r.gpu_count
+        return after
 
     def cpu_free_after(self) -> IntArray:
         return self.state.cpu_free[self.options.node] - self.request.cpu_milli
@@ -166,10 +171,11 @@ class Statement:
 
 def normalise(raw: FloatArray) -> FloatArray:
     """Min-max scale to 0..100; a constant score carries no preference."""
-    lo, hi = raw.min(), raw.max()
+    lo, hi = float(raw.min()), float(raw.max())
     if hi - lo <= 1e-12 * max(1.0, abs(hi)):
-        return np.zeros_like(raw, dtype=np.float64)
-    return (raw - lo) * (100.0 / (hi - lo))
+        return np.zeros(len(raw), dtype=np.float64)
+    scaled: FloatArray = (raw - lo) * (100.0 / (hi - lo))
+    return scaled
 
 
 class Placer:
@@ -178,36 +184,18 @@ class Placer:
     def __init__(self, profile: PlacementProfile) -> None:
         self.profile = profile
 
-    def eligible_gpus(self, state: ClusterState, r: Request) -> BoolArray:
-        """GPUs (nodes x GPUs) of an allowed model and memory, whatever their use."""
-        ok = state.gpu_exists & (state.gpu_milli_total > 0)
-        if r.gpu_models:
-            allowed = [i for i, m in enumerate(state.models) if m in r.gpu_models]
-            ok &= np.isin(state.gpu_model, allowed)
-        if r.min_gpu_memory_mib:
-            ok &= state.gpu_mem_total >= r.min_gpu_memory_mib
-        return ok
-
-    def fit(self, state: ClusterState, r: Request, mode: Mode) -> tuple[BoolArray, BoolArray]:
-        """The built-in resource fit: (eligible GPU grid, feasible node mask)."""
+    def fit(self, state: ClusterState, r: Request, mode: Mode) -> tuple[BoolArray, Options]:
+        """The built-in resource fit: the feasible node mask and the options on those nodes."""
         empty = mode is Mode.TEST
+        if not r.mig_profile:
+            feasible, nodes, gpus = fitmod.fit(state, r, empty)
+            return feasible, Options(nodes, gpus)
         cpu = state.cpu_total if empty else state.cpu_free
         mem = state.mem_total if empty else state.mem_free
         feasible = (cpu >= r.cpu_milli) & (mem >= r.memory_mib) & state.healthy
-        if r.mig_profile:
-            eligible = np.zeros_like(state.gpu_exists)
-            feasible &= self._mig_count(state, r, empty) >= r.mig_count
-        elif r.gpu_count:
-            eligible = self.eligible_gpus(state, r)
-            milli = state.gpu_milli_total if empty else state.gpu_milli_free
-            eligible = eligible & (milli >= r.milli_per_gpu)
-            if r.gpu_memory_mib:
-                gmem = state.gpu_mem_total if empty else state.gpu_mem_free
-                eligible &= gmem >= r.gpu_memory_mib
-            feasible &= eligible.sum(axis=1) >= r.gpu_count
-        else:
-            eligible = np.zeros_like(state.gpu_exists)
-        return eligible, feasible
+        feasible &= self._mig_count(state, r, empty) >= r.mig_count
+        nodes = np.flatnonzero(feasible)
+        return feasible, Options(nodes, np.full(len(nodes), -1, dtype=np.int64))
 
     def _mig_count(self, state: ClusterState, r: Request, empty: bool) -> IntArray:
         if r.mig_profile not in state.mig_profiles:
@@ -224,32 +212,17 @@ class Placer:
     def context(
         self, state: ClusterState, r: Request, mode: Mode, gang_nodes: Sequence[int] = ()
     ) -> PlacementContext:
-        eligible, feasible = self.fit(state, r, mode)
-        if self.profile.filters:
-            pre = PlacementContext(state, r, eligible, feasible.copy(), _NO_OPTIONS, gang_nodes)
-            for f in self.profile.filters:
-                feasible &= f.filter(pre)
-        if gang_nodes:
-            feasible[list(gang_nodes)] = False
-        nodes = np.flatnonzero(feasible)
-        if r.gpu_milli:
-            options = self._fractional_options(state, eligible, nodes)
-        else:
-            options = Options(nodes, np.full(len(nodes), -1, dtype=np.int64))
-        return PlacementContext(state, r, eligible, feasible, options, gang_nodes)
-
-    @staticmethod
-    def _fractional_options(state: ClusterState, eligible: BoolArray, nodes: IntArray) -> Options:
-        sub = eligible[nodes]
-        # GPUs on one node with equal free milli and memory are interchangeable:
-        # keep the lowest index of each such group.
-        free = state.gpu_milli_free[nodes] * (1 << 32) + state.gpu_mem_free[nodes]
-        free = np.where(sub, free, -1)
-        dup = np.zeros_like(sub)
-        for j in range(1, sub.shape[1]):
-            dup[:, j] = (free[:, :j] == free[:, j : j + 1]).any(axis=1)
-        rows, gpus = np.nonzero(sub & ~dup)
-        return Options(nodes[rows], gpus.astype(np.int64))
+        feasible, options = self.fit(state, r, mode)
+        if self.profile.filters or gang_nodes:
+            if self.profile.filters:
+                pre = PlacementContext(state, r, feasible.copy(), options, gang_nodes)
+                for f in self.profile.filters:
+                    feasible &= f.filter(pre)
+            if gang_nodes:
+                feasible[list(gang_nodes)] = False
+            keep = feasible[options.node]
+            options = Options(options.node[keep], options.gpu[keep])
+        return PlacementContext(state, r, feasible, options, gang_nodes)
 
     def choose(self, ctx: PlacementContext) -> int:
         """Index of the best option (ties to the lowest); -1 if there is none."""
@@ -272,7 +245,7 @@ class Placer:
         if r.gpu_milli:
             gpus: tuple[int, ...] = (int(ctx.options.gpu[option]),)
         elif r.gpus:
-            free = np.flatnonzero(ctx.eligible_gpus[node])
+            free = np.flatnonzero(fitmod.eligible_gpus(state, r, node))
             gpus = tuple(int(g) for g in self.profile.picker.pick(state, node, free, r.gpus))
         else:
             gpus = ()
@@ -310,8 +283,5 @@ class Placer:
 
     def fits_empty(self, state: ClusterState, r: Request) -> bool:
         """Would the request fit if the cluster were idle (``test`` mode)?"""
-        _, feasible = self.fit(state, r, Mode.TEST)
+        feasible, _ = self.fit(state, r, Mode.TEST)
         return int(feasible.sum()) >= r.nodes
-
-
-_NO_OPTIONS = Options(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))

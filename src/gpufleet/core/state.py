@@ -93,6 +93,9 @@ class ClusterState:
                     mem = migmod.profile(gpu.model, inst.profile).memory_mib
                     mig_rows.append((i, j, inst.profile, inst.start, mem))
         self.gpu_milli_free = self.gpu_milli_total.copy()
+        # Kept in step with gpu_milli_free: scorers read a node's free sum for
+        # every option of every request.
+        self.gpu_free_sum = self.gpu_milli_free.sum(axis=1)
         self.gpu_mem_free = np.where(self.gpu_milli_total > 0, self.gpu_mem_total, 0)
 
         self.mig_profiles: list[str] = sorted({row[2] for row in mig_rows})
@@ -121,17 +124,20 @@ class ClusterState:
     # -- mutation ----------------------------------------------------------
     def allocate(self, a: Assignment) -> None:
         """Take what ``a`` names; raise OverAllocation (changing nothing) if not free."""
-        gpus = list(a.gpus)
+        n = a.node
         if (
-            self.cpu_free[a.node] < a.cpu_milli
-            or self.mem_free[a.node] < a.memory_mib
-            or len(set(gpus)) != len(gpus)
-            or (self.gpu_milli_free[a.node, gpus] < a.gpu_milli).any()
-            or (self.gpu_mem_free[a.node, gpus] < a.gpu_memory_mib).any()
-            or not self.mig_free[list(a.mig)].all()
-            or (self.mig_node[list(a.mig)] != a.node).any()
+            self.cpu_free[n] < a.cpu_milli
+            or self.mem_free[n] < a.memory_mib
+            or len(set(a.gpus)) != len(a.gpus)
+            or len(set(a.mig)) != len(a.mig)
+            or any(
+                self.gpu_milli_free[n, g] < a.gpu_milli
+                or self.gpu_mem_free[n, g] < a.gpu_memory_mib
+                for g in a.gpus
+            )
+            or any(not self.mig_free[m] or self.mig_node[m] != n for m in a.mig)
         ):
-            raise OverAllocation(f"{a} does not fit on {self.nodes[a.node].name}")
+            raise OverAllocation(f"{a} does not fit on {self.nodes[n].name}")
         self._apply(a, -1)
         self.mig_free[list(a.mig)] = False
 
@@ -144,7 +150,7 @@ class ClusterState:
         self.version[a.node] += 1
         self.cpu_free[a.node] += sign * a.cpu_milli
         self.mem_free[a.node] += sign * a.memory_mib
-        if a.gpus:
-            gpus = list(a.gpus)
-            self.gpu_milli_free[a.node, gpus] += sign * a.gpu_milli
-            self.gpu_mem_free[a.node, gpus] += sign * a.gpu_memory_mib
+        for g in a.gpus:
+            self.gpu_milli_free[a.node, g] += sign * a.gpu_milli
+            self.gpu_mem_free[a.node, g] += sign * a.gpu_memory_mib
+        self.gpu_free_sum[a.node] += sign * a.gpu_milli * len(a.gpus)

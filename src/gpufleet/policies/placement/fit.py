@@ -85,7 +85,8 @@ class DotProduct:
         demand_gpu = r.milli_per_gpu * r.gpu_count / gpu_cap
         left_cpu = ctx.cpu_free_after() / cpu_cap
         left_gpu = ctx.gpu_free_after() / gpu_cap
-        return -(demand_cpu * left_cpu + demand_gpu * left_gpu)
+        dot: FloatArray = demand_cpu * left_cpu + demand_gpu * left_gpu
+        return -dot
 
 
 class RandomArgs(BaseModel):

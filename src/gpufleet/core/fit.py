@@ -1,0 +1,132 @@
+"""The built-in resource fit: which nodes can host a request, and its options there.
+
+One compiled pass over the (nodes x GPUs) grid answers both questions, because
+this runs for every request in every cycle and a dozen numpy passes per
+request cost more than the scoring that follows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from gpufleet.core.model import Request
+from gpufleet.core.state import BoolArray, ClusterState, IntArray
+
+
+@njit(cache=True, nogil=True)
+def _fit(
+    milli_free: IntArray,
+    gmem_free: IntArray,
+    milli_total: IntArray,
+    gmem_total: IntArray,
+    gpu_model: IntArray,
+    model_ok: BoolArray,
+    cpu_free: IntArray,
+    mem_free: IntArray,
+    healthy: BoolArray,
+    cpu: int,
+    mem: int,
+    count: int,
+    milli: int,
+    gmem: int,
+    min_gmem: int,
+    per_gpu_options: bool,
+) -> tuple[BoolArray, IntArray, IntArray]:
+    n, g = milli_free.shape
+    feasible = np.zeros(n, dtype=np.bool_)
+    opt_node = np.empty(n * g if per_gpu_options else n, dtype=np.int64)
+    opt_gpu = np.empty_like(opt_node)
+    k = 0
+    for i in range(n):
+        if not healthy[i] or cpu_free[i] < cpu or mem_free[i] < mem:
+            continue
+        fits = 0
+        for j in range(g):
+            if (
+                milli_total[i, j] > 0
+                and milli_free[i, j] >= milli
+                and gmem_free[i, j] >= gmem
+                and gmem_total[i, j] >= min_gmem
+                and model_ok[gpu_model[i, j]]
+            ):
+                fits += 1
+        if fits < count:
+            continue
+        feasible[i] = True
+        if not per_gpu_options:
+            opt_node[k] = i
+            opt_gpu[k] = -1
+            k += 1
+            continue
+        for j in range(g):
+            if not (
+                milli_total[i, j] > 0
+                and milli_free[i, j] >= milli
+                and gmem_free[i, j] >= gmem
+                and gmem_total[i, j] >= min_gmem
+                and model_ok[gpu_model[i, j]]
+            ):
+                continue
+            # GPUs with equal free milli and memory are interchangeable for a
+            # fraction: the lowest index stands for them all.
+            same = False
+            for h in range(j):
+                if (
+                    milli_free[i, h] == milli_free[i, j]
+                    and gmem_free[i, h] == gmem_free[i, j]
+                    and gmem_total[i, h] >= min_gmem
+                    and milli_total[i, h] > 0
+                    and model_ok[gpu_model[i, h]]
+                ):
+                    same = True
+                    break
+            if not same:
+                opt_node[k] = i
+                opt_gpu[k] = j
+                k += 1
+    return feasible, opt_node[:k], opt_gpu[:k]
+
+
+def model_mask(state: ClusterState, r: Request) -> BoolArray:
+    """Which of the state's GPU models the request accepts (one extra slot for 'none')."""
+    ok = np.ones(len(state.models) + 1, dtype=np.bool_)
+    if r.gpu_models:
+        ok[: len(state.models)] = [m in r.gpu_models for m in state.models]
+    ok[-1] = False  # gpu_model -1 marks padding: index -1 lands here
+    return ok
+
+
+def fit(state: ClusterState, r: Request, empty: bool) -> tuple[BoolArray, IntArray, IntArray]:
+    """(feasible node mask, option nodes, option GPUs) for a whole, fractional or
+    CPU-only request; ``empty`` fits against total rather than free capacity."""
+    return _fit(
+        state.gpu_milli_total if empty else state.gpu_milli_free,
+        state.gpu_mem_total if empty else state.gpu_mem_free,
+        state.gpu_milli_total,
+        state.gpu_mem_total,
+        state.gpu_model,
+        model_mask(state, r),
+        state.cpu_total if empty else state.cpu_free,
+        state.mem_total if empty else state.mem_free,
+        state.healthy,
+        r.cpu_milli,
+        r.memory_mib,
+        r.gpu_count,
+        r.milli_per_gpu,
+        r.gpu_memory_mib,
+        r.min_gpu_memory_mib,
+        r.gpu_milli > 0,
+    )
+
+
+def eligible_gpus(state: ClusterState, r: Request, nodes: int | IntArray | slice) -> BoolArray:
+    """GPUs on ``nodes`` that could take one of the request's per-GPU shares now."""
+    ok = model_mask(state, r)[state.gpu_model[nodes]]
+    return (
+        ok
+        & (state.gpu_milli_total[nodes] > 0)
+        & (state.gpu_milli_free[nodes] >= r.milli_per_gpu)
+        & (state.gpu_mem_free[nodes] >= r.gpu_memory_mib)
+        & (state.gpu_mem_total[nodes] >= r.min_gpu_memory_mib)
+    )
