@@ -6,7 +6,8 @@ Files written by ``write_outputs``:
   metric (``alloc_pct``, ``frag_pct``); column *k* is the value when arrived
   GPU requests reached *k* % of capacity, as in the FGD artifact's tables.
 * ``fill.png``: allocation against arrived load, one line per policy (the
-  mean over seeds), with the diagonal that a perfect policy would follow.
+  mean over seeds), with the diagonal that a perfect policy would follow;
+  a second panel zooms in on the end of the run.
 * ``placements-<policy>-<seed>.csv``: one row per task placed, or per pod
   left unplaced (empty ``node`` and ``gpus``); ``gpus`` lists GPU indices on
   the node separated by ``|``, each taking ``gpu_milli``.
@@ -109,27 +110,40 @@ def write_placements(path: Path, run: FillRun) -> None:
 
 
 def plot_fill(path: Path, runs: Sequence[FillRun]) -> None:
-    """``fill.png``: mean allocation curve per policy against arrived load."""
+    """``fill.png``: mean allocation curve per policy against arrived load.
+
+    The left panel shows the whole run; the right one zooms in on the last
+    60 points of arrived load, where the policies part ways.
+    """
     # matplotlib takes a second or more to import, and only this needs it.
     # A bare Figure renders with the Agg canvas and leaves pyplot's global
     # state (and the user's backend) alone.
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 5), layout="constrained")
-    ax = fig.add_subplot()
-    levels = max(len(run.alloc_pct) for run in runs)
-    ax.plot([0, levels - 1], [0, levels - 1], color="grey", linestyle=":", label="arrived")
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    whole, zoom = fig.subplots(1, 2)
+    last = max(len(run.alloc_pct) for run in runs) - 1
+    start = max(0, last - 60)
+    lowest = 100.0
+    for ax in (whole, zoom):
+        ax.plot([0, last], [0, last], color="grey", linestyle=":", label="arrived")
     for policy, group in _by_policy(runs).items():
         n = min(len(run.alloc_pct) for run in group)
         mean = [statistics.fmean(run.alloc_pct[k] for run in group) for k in range(n)]
-        ax.plot(range(n), mean, label=f"{policy} ({len(group)} seeds)")
-    ax.set_xlabel("arrived GPU requests (% of GPU capacity)")
-    ax.set_ylabel("GPU allocation (% of GPU capacity)")
-    ax.set_xlim(0, levels - 1)
-    ax.set_ylim(0, levels - 1)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.savefig(path, dpi=120)
+        label = f"{policy} ({len(group)} seed{'s' if len(group) > 1 else ''})"
+        for ax in (whole, zoom):
+            ax.plot(range(n), mean, label=label)
+        lowest = min(lowest, *mean[start:])
+    whole.set_xlim(0, last)
+    whole.set_ylim(0, 100)
+    zoom.set_xlim(start, last)
+    zoom.set_ylim(max(0.0, lowest - 2), 100)
+    for ax in (whole, zoom):
+        ax.set_xlabel("arrived GPU requests (% of GPU capacity)")
+        ax.grid(alpha=0.3)
+    whole.set_ylabel("GPU allocation (% of GPU capacity)")
+    whole.legend(loc="upper left")
+    fig.savefig(path, dpi=110)
 
 
 def write_outputs(out_dir: Path, runs: Sequence[FillRun]) -> list[Path]:
