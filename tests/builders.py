@@ -152,6 +152,32 @@ class NodeBuilder:
             return None
         return tuple((i.profile, i.start) for i in migmod.parse_layout(self._model, text))
 
+    def __repr__(self) -> str:
+        """The builder chain that makes this node, so failing examples read as code."""
+        calls = [f"node({self._name!r})", f"model({self._model!r})", f"gpus({self._count})"]
+        calls += [f"cpu({self._cpu})", f"memory({self._memory})"]
+        if self._gpu_memory is not None:
+            calls.append(f"gpu_memory({self._gpu_memory})")
+        calls += [f"mig({text!r}, gpu={gpu})" for gpu, text in self._mig.items()]
+        if self._nvlink:
+            calls.append(f"nvlink({', '.join(map(str, self._nvlink))})")
+        if self._pool != "default":
+            calls.append(f"pool({self._pool!r})")
+        if self._switch:
+            calls.append(f"switch({self._switch!r})")
+        calls += [f"label({k!r}, {v!r})" for k, v in self._labels.items()]
+        if not self._healthy:
+            calls.append("unhealthy()")
+        if self._used:
+            calls.append(f"used({self._used})")
+        calls += [f"share({g}, {m}, {mem})" for g, m, mem in self._shares]
+        if self._cpu_used:
+            calls.append(f"cpu_used({self._cpu_used})")
+        if self._memory_used:
+            calls.append(f"memory_used({self._memory_used})")
+        calls += [f"mig_used({p!r}, {c})" for p, c in self._mig_used]
+        return ".".join(calls)
+
     @property
     def healthy(self) -> bool:
         return self._healthy
