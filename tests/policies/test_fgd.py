@@ -1,0 +1,146 @@
+"""Fragmentation Gradient Descent, checked against fragmentation worked out by hand.
+
+Notation: a node's free milli-GPU per GPU in brackets, e.g. [500, 1000]. For a
+task type wanting g GPUs of m milli each, a node's fragment is its whole free
+milli-GPU if the type cannot run there (fewer than g GPUs with m free, or too
+little CPU), and otherwise the free milli-GPU on GPUs with less than m free.
+A node's fragmentation is the frequency-weighted sum over the types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from builders import cluster, job, node, placer
+from gpufleet.core.fragmentation import FragmentationMeter, Workload
+from gpufleet.core.model import Request
+from gpufleet.core.placement import Mode
+from gpufleet.core.state import Assignment, ClusterState
+from gpufleet.policies.placement.fgd import FragmentationArgs, FragmentationGradient
+from gpufleet.policies.placement.fit import BestFit
+
+# Two task types, equally frequent: A = 1 whole GPU, B = half a GPU.
+ONE_AND_HALF = [job().gpus(1).build(), job().fraction(500).build()]
+# A = 2 whole GPUs, B = half a GPU.
+TWO_AND_HALF = [job().gpus(2).build(), job().fraction(500).build()]
+EXACT = FragmentationArgs(resolution="exact")
+
+
+def meter(state: ClusterState, workload: Sequence[Request]) -> FragmentationMeter:
+    return FragmentationMeter(state, Workload.from_requests(workload, state.models))
+
+
+def test_half_gpu_joins_the_half_used_gpu() -> None:
+    # a: [500, 1000]  A: 1 GPU has 1000 -> runs; GPU 0 (500 < 1000) is a fragment: 500
+    #                 B: both GPUs have >= 500 -> fragment 0
+    #                 frag(a) = 0.5 * 500 + 0.5 * 0 = 250
+    # b: [1000, 1000] frag(b) = 0
+    state = cluster(node("a").gpus(2).share(0, 500), node("b").gpus(2))
+    assert meter(state, ONE_AND_HALF).per_node().tolist() == [250.0, 0.0]
+    # Placing 500 milli (options (a,0), (a,1), (b,0); b's GPU 1 equals GPU 0):
+    # (a,0) -> [0, 1000]:   A 0, B 0            -> 0;   gain 250 - 0   = +250
+    # (a,1) -> [500, 500]:  A can't run: 1000;  B 0 -> 500; gain 250 - 500 = -250
+    # (b,0) -> [500, 1000]: as a was            -> 250; gain 0 - 250   = -250
+    fgd = FragmentationGradient(ONE_AND_HALF, EXACT)
+    ctx = placer().context(state, job().fraction(500).build(), Mode.NOW)
+    assert ctx.options.gpu.tolist() == [0, 1, 0]
+    assert fgd.score(ctx).tolist() == [250.0, -250.0, -250.0]
+    placed = placer(fgd).place(state, job().fraction(500).build())
+    assert placed == [Assignment(node=0, gpus=(0,), gpu_milli=500)]
+
+
+def test_paper_resolution_squashes_the_gain_into_integer_scores() -> None:
+    # floor(100 * sigmoid(gain / 1000)): +250 -> floor(56.2) = 56, -250 -> floor(43.8) = 43
+    state = cluster(node("a").gpus(2).share(0, 500), node("b").gpus(2))
+    ctx = placer().context(state, job().fraction(500).build(), Mode.NOW)
+    assert FragmentationGradient(ONE_AND_HALF).score(ctx).tolist() == [56.0, 43.0, 43.0]
+
+
+def test_whole_gpu_keeps_pairs_intact_where_best_fit_breaks_them() -> None:
+    # a: [1000, 1000]        frag 0 (A = 2 GPUs fits, B fits)
+    # b: [1000, 1000, 1000]  frag 0
+    # 1 GPU on a -> [0, 1000]:        A can't run: 1000 * 0.5 = 500; B: 0  -> gain -500
+    # 1 GPU on b -> [0, 1000, 1000]:  A runs, B runs: 0                    -> gain 0
+    # fgd picks b; best-fit picks a (1000 left on a < 2000 left on b).
+    nodes = [node("a").gpus(2), node("b").gpus(3)]
+    state = cluster(*nodes)
+    assert meter(state, TWO_AND_HALF).per_node().tolist() == [0.0, 0.0]
+    ctx = placer().context(state, job().gpus(1).build(), Mode.NOW)
+    assert FragmentationGradient(TWO_AND_HALF, EXACT).score(ctx).tolist() == [-500.0, 0.0]
+    # paper: floor(100 * sigmoid(-0.5)) = floor(37.8) = 37; sigmoid(0) -> 50
+    assert FragmentationGradient(TWO_AND_HALF).score(ctx).tolist() == [37.0, 50.0]
+    fgd_choice = placer(FragmentationGradient(TWO_AND_HALF)).place(state, job().gpus(1).build())
+    assert fgd_choice is not None and fgd_choice[0].node == 1
+    best_fit_choice = placer(BestFit()).place(cluster(*nodes), job().gpus(1).build())
+    assert best_fit_choice is not None and best_fit_choice[0].node == 0
+
+
+def test_gpus_stranded_by_cpu_are_fragments() -> None:
+    # A = 2 GPUs with 8 CPUs, B = half a GPU with no CPU.
+    workload = [job().gpus(2).cpu(8000).build(), job().fraction(500).build()]
+    # a: [1000, 1000], 4 of 64 CPUs free: A can't run -> 2000 * 0.5 = 1000; B: 0 -> 1000
+    # b: [1000, 1000, 1000], CPUs free   -> 0
+    state = cluster(node("a").gpus(2).cpu_used(60_000), node("b").gpus(3))
+    assert meter(state, workload).per_node().tolist() == [1000.0, 0.0]
+    # 1 GPU on a -> [0, 1000]: A still can't run: 500; B: 0 -> gain 1000 - 500 = +500
+    # 1 GPU on b -> [0, 1000, 1000]: 0 -> gain 0. Use the GPUs that were stranded.
+    ctx = placer().context(state, job().gpus(1).build(), Mode.NOW)
+    assert FragmentationGradient(workload, EXACT).score(ctx).tolist() == [500.0, 0.0]
+
+
+def test_allowed_models_decide_whether_a_type_can_run() -> None:
+    # A = 1 GPU, V100M32 only. On an A100 node A can never run: every free GPU is a fragment.
+    workload = [job().gpus(1).models("V100M32").build()]
+    state = cluster(node("a100").gpus(2), node("v100").model("V100M32").gpus(2))
+    assert meter(state, workload).per_node().tolist() == [2000.0, 0.0]
+
+
+def test_meter_recomputes_only_changed_nodes_and_follows_the_state() -> None:
+    state = cluster(node("a").gpus(2), node("b").gpus(2))
+    m = meter(state, ONE_AND_HALF)
+    assert m.per_node().tolist() == [0.0, 0.0]
+    # b -> [700, 1000]: A: fragment 700 -> 0.5 * 700 = 350; B: 0 -> 350
+    state.allocate(Assignment(node=1, gpus=(0,), gpu_milli=300))
+    assert m.per_node().tolist() == [0.0, 350.0]
+    assert m.total() == 350.0
+    state.release(Assignment(node=1, gpus=(0,), gpu_milli=300))
+    assert m.per_node().tolist() == [0.0, 0.0]
+
+
+def test_workload_type_frequencies() -> None:
+    # 3 x A, 1 x B, and a MIG request that fragmentation does not model.
+    requests = [ONE_AND_HALF[0]] * 3 + [ONE_AND_HALF[1], job().mig("1g.10gb").build()]
+    w = Workload.from_requests(requests, ["A100-80GB"])
+    # Types are ordered by per-GPU milli: B (500) first, then A (1000).
+    assert w.milli.tolist() == [500, 1000]
+    assert w.gpus.tolist() == [1, 1]
+    assert w.freq.tolist() == [0.25, 0.75]
+    assert np.isclose(w.freq.sum(), 1.0)
+
+
+def test_workload_needs_a_non_mig_request() -> None:
+    with pytest.raises(ValueError, match="at least one non-MIG request"):
+        Workload.from_requests([job().mig("1g.10gb").build()], ["A100-80GB"])
+
+
+def test_fgd_needs_a_workload() -> None:
+    with pytest.raises(ValueError, match="needs a workload"):
+        FragmentationGradient([])
+
+
+def test_fgd_args_are_validated() -> None:
+    with pytest.raises(ValueError, match="resolution"):
+        FragmentationArgs(resolution="coarse")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown"):
+        FragmentationArgs(unknown=True)  # type: ignore[call-arg]
+
+
+def test_fgd_measures_each_state_with_its_own_meter() -> None:
+    fgd = FragmentationGradient(ONE_AND_HALF)
+    first, second = cluster(node("a").gpus(1)), cluster(node("b").gpus(2).share(0, 500))
+    assert fgd.meter(first) is fgd.meter(first)
+    assert fgd.meter(second).state is second
+    assert fgd.meter(second).per_node().tolist() == [250.0]
