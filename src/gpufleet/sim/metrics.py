@@ -1,0 +1,213 @@
+"""What a replay measured: job completion, waiting, utilisation, fragmentation, fairness.
+
+Definitions (times in seconds; a job's *runtime* is its trace duration):
+
+* **JCT** (job completion time): end - submit, over completed jobs; mean,
+  p50, p95 and p99 (numpy's linear interpolation).
+* **Queueing delay**: first start - submit, over jobs that started.
+* **Bounded slowdown**: max(1, JCT / max(runtime, 10)), the 10 s bound
+  keeping very short jobs from dominating (Feitelson's definition).
+* **Makespan**: the last end minus the first submit.
+* **GPU allocation**: allocated milli-GPU integrated over the makespan, over
+  capacity x makespan, in percent.
+* **Fragmentation**: the FGD measure (``core.fragmentation``) against the
+  trace's own request mix, in percent of capacity, averaged over samples.
+* **Jain's fairness index** over accounts: x_i = account i's share of the
+  allocated GPU-seconds over its entitlement (its normalised fairshare
+  shares); J = (sum x)^2 / (n sum x^2), 1 when every account got exactly
+  its entitlement, 1/n when one account got everything.
+* **Deadlines met**: completed jobs that ended by submit + ``deadline_factor``
+  x runtime, over all jobs that had to run.
+* **Lost GPU-hours**: work thrown away by preemption and by node failures
+  (since the last checkpoint). Work is conserved: allocated GPU-seconds =
+  GPU-seconds of completed jobs + lost to preemption + lost to failures +
+  lost to ends without completion (time limit, cancellation).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpufleet.core.job import JobState
+from gpufleet.sim.driver import JobRecord, SimResult
+
+SLOWDOWN_BOUND_S = 10
+GROUPS = ("user", "account", "qos", "partition")
+COMPLETED = JobState.COMPLETED.value
+
+JOB_COLUMNS = (
+    "id", "user", "account", "qos", "partition", "gpus", "submit", "first_start", "end",
+    "duration", "state", "jct", "queue", "preemptions", "failures", "requeues",
+    "allocated_gpu_s", "lost_gpu_s",
+)  # fmt: skip
+SERIES_COLUMNS = ("time", "alloc_pct", "frag_pct", "pending", "running", "nodes_down")
+
+
+def _stats(values: Sequence[float], prefix: str) -> dict[str, float]:
+    if not values:
+        return {f"{prefix}_mean_s": 0.0, f"{prefix}_p50_s": 0.0}
+    a = np.asarray(values, dtype=np.float64)
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return {
+        f"{prefix}_mean_s": float(a.mean()),
+        f"{prefix}_p50_s": float(p50),
+        f"{prefix}_p95_s": float(p95),
+        f"{prefix}_p99_s": float(p99),
+    }
+
+
+def jct(r: JobRecord) -> int:
+    return r.end - r.trace.submit_time
+
+
+def slowdown(r: JobRecord) -> float:
+    return max(1.0, jct(r) / max(r.trace.duration_s, SLOWDOWN_BOUND_S))
+
+
+def lost_gpu_s(r: JobRecord) -> float:
+    return r.lost_preemption_gpu_s + r.lost_failure_gpu_s
+
+
+def jain(shares: Sequence[float], entitlements: Sequence[float]) -> float:
+    """Jain's index of share / entitlement over the accounts (1.0 for none or one)."""
+    x = np.asarray(shares, dtype=np.float64) / np.asarray(entitlements, dtype=np.float64)
+    if len(x) <= 1 or not x.any():
+        return 1.0
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
+
+
+def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float]:
+    done = [r for r in jobs if r.state == COMPLETED]
+    started = [r for r in jobs if r.first_start >= 0]
+    out = _stats([jct(r) for r in done], "jct")
+    out.update(_stats([r.first_start - r.trace.submit_time for r in started], "queue"))
+    out["slowdown_mean"] = float(np.mean([slowdown(r) for r in done])) if done else 0.0
+    return out
+
+
+def account_shares(result: SimResult) -> dict[str, tuple[float, float]]:
+    """Per account: (share of allocated GPU-seconds, entitlement among these accounts)."""
+    used: defaultdict[str, float] = defaultdict(float)
+    for r in result.jobs:
+        used[r.job.account] += r.allocated_gpu_s
+    total = sum(used.values())
+    names = sorted(used)
+    ent_total = sum(result.entitlement.get(a, 0.0) for a in names) or 1.0
+    return {
+        a: (used[a] / total if total else 0.0, result.entitlement.get(a, 0.0) / ent_total)
+        for a in names
+    }
+
+
+def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]:
+    """The headline numbers of one replay (see the module docstring)."""
+    jobs = result.jobs
+    states = defaultdict(int, {s: 0 for s in (COMPLETED, "timeout", "cancelled")})
+    for r in jobs:
+        states[r.state] += 1
+    span = max(0, result.end - result.start)
+    cap = result.capacity_milli
+    runnable = [r for r in jobs if r.state != "unschedulable"]
+    met = sum(
+        1
+        for r in runnable
+        if r.state == COMPLETED
+        and r.end <= r.trace.submit_time + deadline_factor * r.trace.duration_s
+    )
+    shares = account_shares(result)
+    frag = [s.frag_milli / cap * 100 for s in result.samples] if cap else []
+    hours = 3600.0
+    summary: dict[str, Any] = {
+        "profile": result.profile,
+        "jobs": len(jobs),
+        "completed": states[COMPLETED],
+        "timeouts": states["timeout"],
+        "cancelled": states["cancelled"],
+        "unschedulable": states["unschedulable"],
+        "unfinished": states["pending"] + states["running"],
+    }
+    summary.update(_job_stats(jobs))
+    summary.update(
+        makespan_s=span,
+        gpu_alloc_mean_pct=result.alloc_milli_s / (cap * span) * 100 if cap and span else 0.0,
+        frag_mean_pct=float(np.mean(frag)) if frag else 0.0,
+        jain_fairness=jain([s for s, _ in shares.values()], [e for _, e in shares.values()]),
+        deadlines_met_pct=met / len(runnable) * 100 if runnable else 100.0,
+        preemptions=sum(r.preemptions for r in jobs),
+        requeues=sum(r.requeues for r in jobs),
+        node_failures=result.node_failures,
+        lost_gpu_hours=sum(lost_gpu_s(r) for r in jobs) / hours,
+        lost_preemption_gpu_hours=sum(r.lost_preemption_gpu_s for r in jobs) / hours,
+        lost_failure_gpu_hours=sum(r.lost_failure_gpu_s for r in jobs) / hours,
+        allocated_gpu_hours=sum(r.allocated_gpu_s for r in jobs) / hours,
+        cycles=result.cycles,
+        wall_s=result.wall_s,
+    )
+    return summary
+
+
+_KEYS: dict[str, Callable[[JobRecord], str]] = {
+    "user": lambda r: r.job.user,
+    "account": lambda r: r.job.account,
+    "qos": lambda r: r.job.qos,
+    "partition": lambda r: r.job.partition,
+}
+
+
+def by_group(result: SimResult, group: str) -> dict[str, dict[str, float]]:
+    """Per user, account, QoS or partition: jobs, JCT, queueing, slowdown, GPU-hours."""
+    if group not in _KEYS:
+        raise ValueError(f"group: must be one of {', '.join(GROUPS)}, got {group!r}")
+    members: defaultdict[str, list[JobRecord]] = defaultdict(list)
+    for r in result.jobs:
+        members[_KEYS[group](r)].append(r)
+    shares = account_shares(result) if group == "account" else {}
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted(members):
+        rows = members[name]
+        stats: dict[str, float] = {"jobs": len(rows)}
+        stats.update(_job_stats(rows))
+        stats["gpu_hours"] = sum(r.allocated_gpu_s for r in rows) / 3600
+        stats["lost_gpu_hours"] = sum(lost_gpu_s(r) for r in rows) / 3600
+        if name in shares:
+            stats["share"], stats["entitlement"] = shares[name]
+        out[name] = stats
+    return out
+
+
+def job_rows(result: SimResult) -> list[tuple[object, ...]]:
+    """One row per job, aligned with ``JOB_COLUMNS`` (-1 for times that never came)."""
+    rows: list[tuple[object, ...]] = []
+    for r in result.jobs:
+        j, t = r.job, r.trace
+        rows.append(
+            (
+                j.id, j.user, j.account, j.qos, j.partition, round(r.gpus, 3), t.submit_time,
+                r.first_start, r.end, t.duration_s, r.state,
+                jct(r) if r.end >= 0 else -1,
+                r.first_start - t.submit_time if r.first_start >= 0 else -1,
+                r.preemptions, r.failures, r.requeues,
+                round(r.allocated_gpu_s, 3), round(lost_gpu_s(r), 3),
+            )
+        )  # fmt: skip
+    return rows
+
+
+def series_rows(result: SimResult) -> list[tuple[object, ...]]:
+    """The time series, aligned with ``SERIES_COLUMNS``."""
+    cap = result.capacity_milli or 1
+    return [
+        (
+            s.time,
+            round(s.alloc_milli / cap * 100, 4),
+            round(s.frag_milli / cap * 100, 4),
+            s.pending,
+            s.running,
+            s.nodes_down,
+        )
+        for s in result.samples
+    ]
