@@ -4,7 +4,9 @@ A state machine builds a small random cluster (whole, MIG-partitioned and
 CPU-only nodes, some unhealthy), picks a registered placement profile, then
 places and releases random requests (whole GPUs, fractions, CPU-only, MIG,
 gangs). After every step the state must equal its initial capacity minus the
-assignments still live, and nothing may be over-allocated.
+assignments still live, and nothing may be over-allocated. A request is refused
+only if, by a plain-loop check, fewer than ``nodes`` nodes could host it, and
+``fits_empty`` agrees with that check on an idle copy of the cluster.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class PlaceAndRelease(RuleBasedStateMachine):
     @initialize(specs=clusters(), policy=st.sampled_from(sorted(PLACEMENT)), seed=st.integers(0, 3))
     def build(self, specs: list[NodeBuilder], policy: str, seed: int) -> None:
         self.state = cluster(*specs)
+        self.idle = cluster(*specs)  # never placed on: what ``fits_empty`` must see
         self.initial = snapshot(self.state)
         self.placer = Placer(placement_profile(policy, workload=WORKLOAD, seed=seed))
         self.meter = FragmentationMeter(
@@ -145,6 +148,8 @@ class PlaceAndRelease(RuleBasedStateMachine):
     def place(self, r: Request) -> None:
         st_ = self.state
         hosts = {i for i in range(st_.num_nodes) if can_host(st_, r, i)}
+        on_idle = sum(can_host(self.idle, r, i) for i in range(st_.num_nodes))
+        assert self.placer.fits_empty(st_, r) == (on_idle >= r.nodes)
         before = snapshot(st_)
         placed = self.placer.place(st_, r)
         if placed is None:
