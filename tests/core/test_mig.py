@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from builders import cluster, job, node, placer
 from gpufleet.core import mig
@@ -268,3 +270,38 @@ def test_mig_request_honours_allowed_models() -> None:
     assert p.place(state, job().mig("1g.10gb").models("H100-80GB").build()) is None
     assert not p.fits_empty(state, job().mig("1g.10gb").models("H100-80GB").build())
     assert p.place(state, job().mig("1g.10gb").models("A100-80GB").build()) is not None
+
+
+@given(
+    model=st.sampled_from(sorted(mig.PROFILES)),
+    picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 7)), max_size=8),
+)
+def test_a_layout_is_valid_exactly_when_starts_are_allowed_and_slots_disjoint(
+    model: str, picks: list[tuple[int, int]]
+) -> None:
+    names = list(mig.PROFILES[model])
+    layout = tuple(MigInstance(names[p], s) for p, s in picks)
+    slots: list[int] = []
+    for inst in layout:
+        prof = mig.profile(model, inst.profile)
+        slots += range(inst.start, inst.start + prof.memory_slots)
+    allowed = all(i.start in mig.profile(model, i.profile).starts for i in layout)
+    expected = allowed and len(slots) == len(set(slots))
+    try:
+        mig.validate_layout(model, layout)
+    except InvalidSpec as err:
+        assert not expected, f"valid layout rejected: {err}"
+    else:
+        assert expected, "invalid layout accepted"
+        # What validates also round-trips through its text form...
+        text = ",".join(f"{i.profile}@{i.start}" for i in layout)
+        assert mig.parse_layout(model, text) == layout
+        # ...and never uses more than the GPU's 7 compute slices.
+        assert sum(mig.profile(model, i.profile).compute_slices for i in layout) <= 7
+        # Without starts, the same profiles in the same order still fit somewhere
+        # or are refused with a message, never with another error.
+        try:
+            auto = mig.parse_layout(model, ",".join(i.profile for i in layout))
+        except InvalidSpec:
+            return
+        assert [i.profile for i in auto] == [i.profile for i in layout]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.core.model import GPU, MILLI, InvalidSpec, Node, Request
 
@@ -119,3 +121,57 @@ def test_values_are_immutable() -> None:
     r = Request(gpus=1)
     with pytest.raises(AttributeError):
         r.gpus = 2  # type: ignore[misc]
+
+
+SIZES = st.integers(-2, 3) | st.sampled_from((0, 1, 500, 999, 1000, 1001))
+
+
+@given(
+    cpu=SIZES,
+    memory=SIZES,
+    gpus=SIZES,
+    milli=SIZES,
+    gpu_memory=SIZES,
+    profile=st.sampled_from(("", "1g.10gb")),
+    count=SIZES,
+    nodes=SIZES,
+)
+def test_a_request_is_built_exactly_when_it_has_one_shape(
+    cpu: int,
+    memory: int,
+    gpus: int,
+    milli: int,
+    gpu_memory: int,
+    profile: str,
+    count: int,
+    nodes: int,
+) -> None:
+    # The documented contract, restated: non-negative sizes, at least one node,
+    # at most one GPU shape (whole, a 1..999 fraction, or MIG with a count),
+    # GPU memory only with a fraction, and something asked for.
+    valid = (
+        min(cpu, memory, gpus, gpu_memory) >= 0
+        and nodes >= 1
+        and 0 <= milli < MILLI
+        and (gpus > 0) + (milli > 0) + bool(profile) <= 1
+        and (count >= 1 if profile else count == 0)
+        and (gpu_memory == 0 or milli > 0)
+        and (cpu > 0 or gpus > 0 or milli > 0 or bool(profile))
+    )
+    fields = {
+        "cpu_milli": cpu,
+        "memory_mib": memory,
+        "gpus": gpus,
+        "gpu_milli": milli,
+        "gpu_memory_mib": gpu_memory,
+        "mig_profile": profile,
+        "mig_count": count,
+        "nodes": nodes,
+    }
+    try:
+        Request(**fields)  # type: ignore[arg-type]
+    except InvalidSpec as err:
+        assert not valid, f"valid request rejected: {err}"
+        assert err.field.startswith("request")
+    else:
+        assert valid, "invalid request accepted"
