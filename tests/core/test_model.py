@@ -23,7 +23,7 @@ A100 = GPU(index=0, model="A100-80GB", memory_mib=80 * 1024)
     ],
 )
 def test_gpu_rejects(kwargs: dict[str, Any], field: str, fragment: str) -> None:
-    spec = {"index": 0, "model": "A100-80GB", "memory_mib": 1024} | kwargs
+    spec: dict[str, Any] = {"index": 0, "model": "A100-80GB", "memory_mib": 1024} | kwargs
     with pytest.raises(InvalidSpec) as err:
         GPU(**spec)
     assert err.value.field == field
@@ -48,7 +48,7 @@ def test_gpu_index_zero_is_valid() -> None:
     ],
 )
 def test_node_rejects(kwargs: dict[str, Any], field: str) -> None:
-    spec = {"name": "n1", "cpu_milli": 1000, "memory_mib": 1024} | kwargs
+    spec: dict[str, Any] = {"name": "n1", "cpu_milli": 1000, "memory_mib": 1024} | kwargs
     with pytest.raises(InvalidSpec) as err:
         Node(**spec)
     assert err.value.field == field

@@ -33,7 +33,8 @@ class Prefer:
         self.node = node
 
     def score(self, ctx: PlacementContext) -> FloatArray:
-        return (ctx.options.node == self.node).astype(np.float64)
+        out: FloatArray = (ctx.options.node == self.node).astype(np.float64)
+        return out
 
 
 class Label:

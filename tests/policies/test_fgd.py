@@ -133,7 +133,7 @@ def test_fgd_needs_a_workload() -> None:
 
 def test_fgd_args_are_validated() -> None:
     with pytest.raises(ValueError, match="resolution"):
-        FragmentationArgs(resolution="coarse")  # type: ignore[arg-type]
+        FragmentationArgs(resolution="coarse")
     with pytest.raises(ValueError, match="unknown"):
         FragmentationArgs(unknown=True)  # type: ignore[call-arg]
 

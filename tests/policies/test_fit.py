@@ -121,7 +121,7 @@ def test_allocation(
 
 def test_allocation_strategy_is_validated() -> None:
     with pytest.raises(ValueError, match="strategy"):
-        AllocationArgs(strategy="middle")  # type: ignore[arg-type]
+        AllocationArgs(strategy="middle")
     assert AllocationArgs().strategy == "most"
 
 
