@@ -6,7 +6,8 @@ places and releases random requests (whole GPUs, fractions, CPU-only, MIG,
 gangs). After every step the state must equal its initial capacity minus the
 assignments still live, and nothing may be over-allocated. A request is refused
 only if, by a plain-loop check, fewer than ``nodes`` nodes could host it, and
-``fits_empty`` agrees with that check on an idle copy of the cluster.
+``fits_empty`` agrees with that check on an idle copy of the cluster. The
+fragmentation meter's prediction for each option equals what placing it gives.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from builders import NodeBuilder, cluster, job, node
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
 from gpufleet.core.model import MILLI, Request
-from gpufleet.core.placement import Placer
+from gpufleet.core.placement import Mode, Placer, Statement
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.policies.registry import PLACEMENT, placement_profile
 
@@ -179,6 +180,22 @@ class PlaceAndRelease(RuleBasedStateMachine):
         for k in a.mig:
             assert st_.mig_node[k] == a.node
             assert st_.mig_profiles[st_.mig_profile[k]] == r.mig_profile
+
+    @rule(r=requests(), memory=st.booleans(), capacity=st.booleans())
+    def fragmentation_after_matches_placing(self, r: Request, memory: bool, capacity: bool) -> None:
+        # The meter predicts each option's fragmentation without placing; placing
+        # the option for real and measuring afresh must give the same number.
+        st_ = self.state
+        workload = Workload.from_requests(WORKLOAD, st_.models, memory=memory, capacity=capacity)
+        meter = FragmentationMeter(st_, workload)
+        ctx = self.placer.context(st_, r, Mode.NOW)
+        predicted = meter.after(ctx.options.node, ctx.options.gpu, r)
+        for k in range(len(ctx.options)):
+            stmt = Statement(st_)
+            stmt.allocate(self.placer.assignment(ctx, k))
+            actual = FragmentationMeter(st_, workload).per_node()[ctx.options.node[k]]
+            stmt.discard()
+            assert np.isclose(predicted[k], actual), (k, predicted[k], actual)
 
     @precondition(lambda self: bool(self.live))
     @rule(data=st.data())
