@@ -23,6 +23,7 @@ from gpufleet.policies.priority import (
     LeastAttainedService,
     Multifactor,
     MultifactorArgs,
+    QueueColumns,
     ShortestJobFirst,
 )
 
@@ -170,6 +171,30 @@ def test_multifactor_follows_new_usage() -> None:
     assert ordering.priorities(snapshot(*jobs, accounts=bob_ran), jobs, 0).tolist() == [2, 1]
     with pytest.raises(ValueError, match="read-only"):
         bob_ran.usage[3] = 1.0
+
+
+def test_multifactor_reads_a_changed_job_afresh_across_cycles() -> None:
+    ordering = Multifactor(MultifactorArgs(**(NO_WEIGHTS | {"weight_qos": 100})))
+    first = [pending("a", qos="low"), pending("b", qos="high")]
+    # QoS low 0/100 -> 0; high 100/100 x 100 = 100
+    assert ordering.priorities(snapshot(*first), first, 0).tolist() == [0.0, 100.0]
+    # "a" comes back as a new Job under QoS high; "b" left; "c" arrived
+    second = [pending("c", qos="normal"), replace(first[0], qos="high")]
+    # normal 50/100 x 100 = 50; the new "a": 100
+    assert ordering.priorities(snapshot(*second), second, 0).tolist() == [50.0, 100.0]
+    # the same jobs under a snapshot whose QoS priorities changed: high is now the only
+    # positive one at 100 and normal is missing -> 0
+    snap = replace(snapshot(*second), qos={"high": QoS("high", priority=100)})
+    assert ordering.priorities(snap, second, 0).tolist() == [0.0, 100.0]
+
+
+def test_queue_columns_start_afresh_once_departed_jobs_dominate() -> None:
+    columns = QueueColumns()
+    columns.rows([pending(f"old{i}") for i in range(2000)])
+    rows = columns.rows([pending("x"), pending("y")])
+    # 2000 rows held for a queue of 2 (> 2 x 2 + 1024): rebuilt, x and y are rows 0 and 1
+    assert rows.tolist() == [0, 1]
+    assert len(columns.jobs) == 2
 
 
 def test_multifactor_without_qos_or_partition_priorities_gives_zero() -> None:

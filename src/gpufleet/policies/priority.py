@@ -21,14 +21,15 @@ with every factor in [0, 1]:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from operator import attrgetter
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpufleet.core.accounts import AccountUsage, FloatArray
+from gpufleet.core.accounts import AccountUsage, FloatArray, IntArray
 from gpufleet.core.cycle import Snapshot
 from gpufleet.core.job import Job
 from gpufleet.core.model import MILLI
@@ -106,6 +107,60 @@ def weighted_priority(args: MultifactorArgs, f: Factors) -> FloatArray:
     )
 
 
+class QueueColumns:
+    """What each queued job's immutable ``Job`` fixes, as numpy columns kept across cycles.
+
+    A job keeps its row while its id names the very same ``Job`` object, so
+    a changed job (a new object) gets a new row and nothing stale is read.
+    Names (partition, QoS, user, association) are interned to small codes, so
+    a cycle looks up the snapshot's definitions once per distinct name rather
+    than once per job. Once rows of departed jobs outnumber the queue, the
+    columns start afresh. Each cycle then costs one dictionary probe per job.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.jobs: list[Job] = []
+        self._row: dict[str, int] = {}
+        self._values: dict[str, tuple[list[float], FloatArray]] = {}
+        self._codes: dict[str, tuple[list[int], dict[Hashable, int], IntArray]] = {}
+
+    def rows(self, pending: Sequence[Job]) -> IntArray:
+        """The row of each job of ``pending``, adding rows for jobs not seen before."""
+        if len(self.jobs) > 2 * len(pending) + 1024:
+            self._reset()
+        jobs, get = self.jobs, self._row.get
+        out: list[int] = []
+        for job in pending:
+            row = get(job.id, -1)
+            if row < 0 or jobs[row] is not job:
+                row = self._row[job.id] = len(jobs)
+                jobs.append(job)
+            out.append(row)
+        return np.array(out, dtype=np.int64)
+
+    def values(self, column: str, of: Callable[[Job], float]) -> FloatArray:
+        """``of(job)`` for every row, as floats; computed once per row."""
+        values, array = self._values.get(column, ([], np.zeros(0)))
+        if len(values) < len(self.jobs):
+            values.extend(of(job) for job in self.jobs[len(values) :])
+            array = np.array(values, dtype=np.float64)
+            self._values[column] = (values, array)
+        return array
+
+    def codes(self, column: str, of: Callable[[Job], Hashable]) -> tuple[IntArray, list[Any]]:
+        """A small integer per row standing for ``of(job)``, and the distinct keys by code."""
+        codes, interned, array = self._codes.get(column, ([], {}, np.zeros(0, np.int64)))
+        if len(codes) < len(self.jobs):
+            for job in self.jobs[len(codes) :]:
+                codes.append(interned.setdefault(of(job), len(interned)))
+            array = np.array(codes, dtype=np.int64)
+            self._codes[column] = (codes, interned, array)
+        return array, list(interned)
+
+
 class Multifactor:
     """Slurm's multifactor priority over the pending jobs, vectorised.
 
@@ -113,13 +168,17 @@ class Multifactor:
     (computed with ``args.fairshare``), else from ``snapshot.fairshare`` by
     user. A job whose association the tree does not hold, or whose user the
     mapping lacks, gets fairshare 0; the association factor needs the tree too.
+
+    Per-job facts are cached across cycles (``QueueColumns``) and the
+    fairshare factors while the snapshot carries the same ``AccountUsage``;
+    the result depends only on the arguments, as the protocol requires.
     """
 
     NAME: ClassVar[str] = "multifactor"
 
     def __init__(self, args: MultifactorArgs | None = None) -> None:
         self.args = args or MultifactorArgs()
-        # Fairshare per association, kept while the snapshot carries the same usage.
+        self.columns = QueueColumns()
         self._fairshare: tuple[AccountUsage, FloatArray] | None = None
 
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
@@ -131,52 +190,53 @@ class Multifactor:
         A factor whose weight is 0 is not computed and reads 0: it cannot
         change the order, and skipping it keeps large queues cheap.
         """
-        args, zero = self.args, np.zeros(len(pending))
-        # One list per attribute: cheaper than generators or tuples per job.
-        nice = np.array([j.priority_nice for j in pending], dtype=np.float64)
-        age = job_size = partition = qos = zero
+        args, cols, zero = self.args, self.columns, np.zeros(len(pending))
+        rows = cols.rows(pending)
+        nice = cols.values("nice", attrgetter("priority_nice"))[rows]
+        age = job_size = partition = qos = fs = assoc = zero
         if args.weight_age:
-            submit = np.array([j.submit_time for j in pending], dtype=np.float64)
+            submit = cols.values("submit", attrgetter("submit_time"))[rows]
             age = age_factor(now - submit, args.max_age_s)
         if args.weight_job_size:
-            gpu_milli = np.array([j.gpu_milli for j in pending], dtype=np.float64)
+            gpu_milli = cols.values("gpu_milli", attrgetter("gpu_milli"))[rows]
             cluster_milli = int(snapshot.state.gpu_exists.sum()) * MILLI
             job_size = job_size_factor(gpu_milli, cluster_milli, args.favor_small)
         if args.weight_partition:
             factor = {name: p.priority_job_factor for name, p in snapshot.partitions.items()}
-            partition = _by_name(factor, [j.partition for j in pending])
+            partition = self._by_code(rows, "partition", factor, relative=True)
         if args.weight_qos:
             priority = {name: q.priority for name, q in snapshot.qos.items()}
-            qos = _by_name(priority, [j.qos for j in pending])
-        fs = assoc = zero
+            qos = self._by_code(rows, "qos", priority, relative=True)
         if args.weight_fairshare or args.weight_assoc:
-            fs, assoc = self._association_factors(snapshot, pending)
+            if isinstance(snapshot.accounts, AccountUsage):
+                fs, assoc = self._from_tree(rows, snapshot.accounts)
+            else:
+                fs = self._by_code(rows, "user", snapshot.fairshare, relative=False)
         return Factors(age, fs, job_size, partition, qos, assoc, nice)
 
-    def _association_factors(
-        self, snapshot: Snapshot, pending: Sequence[Job]
-    ) -> tuple[FloatArray, FloatArray]:
-        accounts = snapshot.accounts
-        if not isinstance(accounts, AccountUsage):
-            get = snapshot.fairshare.get
-            return np.array([get(j.user, 0.0) for j in pending], np.float64), np.zeros(len(pending))
+    def _by_code(
+        self, rows: IntArray, attr: str, values: Mapping[str, float], *, relative: bool
+    ) -> FloatArray:
+        """The value of each job's ``attr`` (0 if undefined), over the largest if ``relative``."""
+        codes, names = self.columns.codes(attr, attrgetter(attr))
+        by_code = np.array([values.get(name, 0) for name in names], dtype=np.float64)
+        if relative:
+            by_code = relative_to_max(by_code, max(values.values(), default=0))
+        return by_code[codes[rows]] if len(by_code) else np.zeros(len(rows))
+
+    def _from_tree(self, rows: IntArray, accounts: AccountUsage) -> tuple[FloatArray, FloatArray]:
         if self._fairshare is None or self._fairshare[0] is not accounts:
             factors = fairshare_factors(accounts.tree, accounts.usage, self.args.fairshare)
             self._fairshare = (accounts, factors)
-        per_assoc = self._fairshare[1]
-        tree = accounts.tree
-        index = tree.lookup([j.account for j in pending], [j.user for j in pending])
+        tree, per_assoc = accounts.tree, self._fairshare[1]
+        codes, keys = self.columns.codes("association", attrgetter("account", "user"))
+        index = tree.lookup([a for a, _ in keys], [u for _, u in keys])
         known = index >= 0
-        priority = relative_to_max(tree.priority.astype(np.float64), float(tree.priority.max()))
-        safe = np.where(known, index, 0)
-        return np.where(known, per_assoc[safe], 0.0), np.where(known, priority[safe], 0.0)
-
-
-def _by_name(values: dict[str, int], names: list[str]) -> FloatArray:
-    """Each name's value over the largest of all (0 for a name not defined)."""
-    get = values.get
-    raw = np.array([get(name, 0) for name in names], dtype=np.float64)
-    return relative_to_max(raw, max(values.values(), default=0))
+        top = float(tree.priority.max())
+        priority = relative_to_max(tree.priority.astype(np.float64), top)
+        fs = np.where(known, per_assoc[index], 0.0)
+        assoc = np.where(known, priority[index], 0.0)
+        return fs[codes[rows]], assoc[codes[rows]]
 
 
 class ShortestJobFirst:
