@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from builders import cluster, node
-from gpufleet.core.accounts import ROOT, Account, AccountTree, AccountUsage, User
+from gpufleet.core.accounts import ROOT, Account, AccountTree, AccountUsage, FloatArray, User
 from gpufleet.core.job import Job, JobState, QoS, RunningJob
 from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.state import Assignment
@@ -25,7 +25,7 @@ from gpufleet.policies.fairshare import (
 )
 
 
-def usage_of(tree: AccountTree, **by_user: float) -> np.ndarray:
+def usage_of(tree: AccountTree, **by_user: float) -> FloatArray:
     """Usage charged to users given as ``account__user=value``."""
     out = np.zeros(len(tree))
     for key, value in by_user.items():
@@ -338,10 +338,11 @@ def test_factors_selects_the_algorithm() -> None:
     )
 
 
-@pytest.mark.parametrize("algorithm", ["fair_tree", "classic"])
-def test_usage_must_match_the_tree(algorithm: str) -> None:
+@pytest.mark.parametrize(
+    "args", [FairshareArgs(algorithm="fair_tree"), FairshareArgs(algorithm="classic")]
+)
+def test_usage_must_match_the_tree(args: FairshareArgs) -> None:
     tree, usage = slurm_example()
-    args = FairshareArgs(algorithm=algorithm)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="usage: 3 entries for 12 associations"):
         factors(tree, usage[:3], args)
     with pytest.raises(ValueError, match="usage: must be finite"):
@@ -374,7 +375,7 @@ def trees(draw: st.DrawFn, *, nested: bool) -> AccountTree:
     return AccountTree(orgs + teams, users)
 
 
-def grant_to_the_highest_factor(tree: AccountTree, args: FairshareArgs, rounds: int) -> np.ndarray:
+def grant_to_the_highest_factor(tree: AccountTree, args: FairshareArgs, rounds: int) -> FloatArray:
     """Each round, one unit of GPU time goes to the user with the highest factor.
 
     Usage decays with a half-life of 200 rounds; returns each association's
@@ -386,7 +387,7 @@ def grant_to_the_highest_factor(tree: AccountTree, args: FairshareArgs, rounds: 
         winner = users[np.argmax(factors(tree, usage, args)[users])]
         usage = accrue(usage, 1, 200, np.array([winner]), np.array([1.0]))
     rolled = tree.rollup(usage)
-    return rolled / rolled[0]
+    return rolled / float(rolled[0])
 
 
 @settings(max_examples=15)
