@@ -258,6 +258,25 @@ class JobBuilder:
         self._min_gpu_memory = mib
         return self
 
+    def __repr__(self) -> str:
+        calls = ["job()"]
+        for name, value, default in (
+            ("cpu", self._cpu, 0),
+            ("memory", self._memory, 0),
+            ("gpus", self._gpus, 0),
+            ("min_gpu_memory", self._min_gpu_memory, 0),
+            ("gang", self._nodes, 1),
+        ):
+            if value != default:
+                calls.append(f"{name}({value})")
+        if self._milli or self._gpu_memory:
+            calls.append(f"fraction({self._milli}, {self._gpu_memory})")
+        if self._mig or self._mig_count:
+            calls.append(f"mig({self._mig!r}, {self._mig_count})")
+        if self._models:
+            calls.append(f"models({', '.join(map(repr, sorted(self._models)))})")
+        return ".".join(calls)
+
     def build(self) -> Request:
         return Request(
             cpu_milli=self._cpu,
