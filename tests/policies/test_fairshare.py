@@ -52,6 +52,8 @@ def usage_of(tree: AccountTree, **by_user: float) -> FloatArray:
         ([Account("a", shares=-2)], [], "accounts.a.shares", "got -2"),
         ([Account("a", shares=float("nan"))], [], "accounts.a.shares", "got nan"),
         ([Account("a"), Account("a")], [], "accounts.a", "defined twice"),
+        ([Account("a", priority=-1)], [], "accounts.a.priority", "zero or more, got -1"),
+        ([Account("a")], [User("u", "a", priority=-3)], "users.u.priority", "got -3"),
         ([Account(ROOT)], [], "accounts.root", "other than 'root'"),
         ([Account("a")], [User("u", "b")], "users.u.account", "unknown account 'b'"),
         ([Account("a")], [User("u", "a", shares=0)], "users.u.shares", "got 0"),
@@ -189,6 +191,11 @@ def test_account_usage_must_match_its_tree() -> None:
 def test_args_reject_a_negative_half_life_naming_the_key() -> None:
     with pytest.raises(ValidationError, match="half_life_s"):
         FairshareArgs(half_life_s=-1)
+
+
+def test_args_reject_a_negative_billing_weight_naming_the_model() -> None:
+    with pytest.raises(ValidationError, match="gpu_billing_weights.T4"):
+        FairshareArgs(gpu_billing_weights={"T4": -1.0})
 
 
 def test_billing_weight_defaults_to_one() -> None:

@@ -61,7 +61,7 @@ class AccountTree:
 
     Raises InvalidSpec naming the offending key (``accounts.NAME.parent``,
     ``users.NAME.shares``, ...) for an unknown or cyclic parent, a duplicate
-    name, or shares that are not a positive finite number.
+    name, shares that are not a positive finite number, or a negative priority.
     """
 
     def __init__(self, accounts: Sequence[Account], users: Sequence[User]) -> None:
@@ -72,7 +72,7 @@ class AccountTree:
                 raise InvalidSpec(key, f"an account needs a name other than {ROOT!r}")
             if acct.name in by_name:
                 raise InvalidSpec(key, "defined twice")
-            _check_shares(f"{key}.shares", acct.shares)
+            _check(key, acct.shares, acct.priority)
             by_name[acct.name] = acct
 
         names: list[str] = [ROOT]
@@ -117,7 +117,7 @@ class AccountTree:
             members = self._users.setdefault(user.account, {})
             if user.name in members:
                 raise InvalidSpec(key, f"associated with account {user.account!r} twice")
-            _check_shares(f"{key}.shares", user.shares)
+            _check(key, user.shares, user.priority)
             p = index[user.account]
             members[user.name] = len(names)
             names.append(user.name)
@@ -125,7 +125,7 @@ class AccountTree:
             shares.append(user.shares)
             priority.append(priority[p] if user.priority is None else user.priority)
 
-        self._accounts = dict(index)
+        self._accounts = index
         self.names: tuple[str, ...] = tuple(names)
         self.parent: IntArray = np.array(parent, dtype=np.int64)
         self.shares: FloatArray = np.array(shares, dtype=np.float64)
@@ -214,6 +214,8 @@ class AccountUsage:
         object.__setattr__(self, "usage", usage)
 
 
-def _check_shares(key: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidSpec(key, f"must be a positive number, got {value}")
+def _check(key: str, shares: float, priority: int | None) -> None:
+    if not (math.isfinite(shares) and shares > 0):
+        raise InvalidSpec(f"{key}.shares", f"must be a positive number, got {shares}")
+    if priority is not None and priority < 0:
+        raise InvalidSpec(f"{key}.priority", f"must be zero or more, got {priority}")

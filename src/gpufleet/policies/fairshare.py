@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,7 +55,7 @@ class FairshareArgs(BaseModel):
         ge=0,
         description="PriorityDecayHalfLife: usage halves every this many seconds; 0: no decay.",
     )
-    gpu_billing_weights: dict[str, float] = Field(
+    gpu_billing_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict,
         description="TRESBillingWeights GRES/gpu:MODEL: billing weight per GPU model; "
         "models not listed weigh 1.",
