@@ -194,7 +194,7 @@ def test_args_reject_a_negative_half_life_naming_the_key() -> None:
 
 
 def test_args_reject_a_negative_billing_weight_naming_the_model() -> None:
-    with pytest.raises(ValidationError, match="gpu_billing_weights.T4"):
+    with pytest.raises(ValidationError, match=r"gpu_billing_weights\.T4"):
         FairshareArgs(gpu_billing_weights={"T4": -1.0})
 
 
