@@ -315,6 +315,20 @@ def test_fair_tree_ties_survive_rounding() -> None:
     assert table.factor[tree.user("a", "x")] == table.factor[tree.user("a", "y")] == 1.0
 
 
+def test_fair_tree_user_ties_with_a_sibling_account_despite_rounding() -> None:
+    tree = AccountTree(
+        [Account("a"), Account("s", "a", shares=3)],
+        [User("u", "a"), User("s1", "s"), User("s2", "s")],
+    )
+    # u: 0.25 / (0.7 / 2.8) = 1.0; s: 0.75 / (2.1 / 2.8) = 1.0000000000000002 in floats.
+    # Still a tie: u sorts first (3/3), s's first user s2 (no usage) shares its rank,
+    # s1 is third met -> 1/3.
+    table = fair_tree(tree, usage_of(tree, a__u=0.7, s__s1=0.7 * 3))
+    assert table.level_fs[tree.account("s")] > table.level_fs[tree.user("a", "u")]
+    fs = [table.factor[tree.user(a, u)] for a, u in (("a", "u"), ("s", "s2"), ("s", "s1"))]
+    assert fs == [1.0, 1.0, pytest.approx(1 / 3)]
+
+
 def test_fair_tree_merges_tied_sibling_accounts() -> None:
     tree = AccountTree(
         [Account("a"), Account("b"), Account("c")],

@@ -21,6 +21,7 @@ associations and the arguments.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -240,12 +241,18 @@ class _Ranker:
 
     def visit(self, siblings: list[int], tied_in: bool) -> None:
         lf, is_user = self.level_fs, self.tree.is_user
-        # Descending LF; on equal LF users first; then tree order, for determinism.
-        order = sorted(siblings, key=lambda i: (-lf[i], not is_user[i], i))
+        # Tie classes first (descending LF, near-equal values together), so that
+        # rounding cannot put a user after an account it ties with.
+        by_lf = sorted(siblings, key=lambda i: -lf[i])
+        tie = {by_lf[0]: 0} if by_lf else {}
+        for before, i in itertools.pairwise(by_lf):
+            tie[i] = tie[before] + (not _same(lf[before], lf[i]))
+        # Within a class users before accounts, then tree order, for determinism.
+        order = sorted(siblings, key=lambda i: (tie[i], not is_user[i], i))
         k = 0
         while k < len(order):
             i = order[k]
-            tied = tied_in if k == 0 else _same(lf[order[k - 1]], lf[i])
+            tied = tied_in if k == 0 else tie[order[k - 1]] == tie[i]
             if is_user[i]:
                 if not tied:
                     self.rank = self.untied
@@ -255,7 +262,7 @@ class _Ranker:
                 continue
             group = [i]
             k += 1
-            while k < len(order) and not is_user[order[k]] and _same(lf[i], lf[order[k]]):
+            while k < len(order) and tie[order[k]] == tie[i]:
                 group.append(order[k])
                 k += 1
             self.visit([c for a in group for c in self.tree.children[a]], tied)
