@@ -336,6 +336,7 @@ class _Cycle:
         self.holds = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
+        self.plain_access: dict[str, Access] = {}  # shares self.holds, so stays current
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
@@ -418,7 +419,9 @@ class _Cycle:
             nodes = partition_nodes(self.state, self.s.partitions[job.partition])
             self.partition_masks[job.partition] = nodes
         if self.p.gate is None:
-            access = Access(nodes, self.holds)
+            access = self.plain_access.get(job.partition)
+            if access is None:
+                access = self.plain_access[job.partition] = Access(nodes, self.holds)
         else:
             access = self.p.gate.access(self.s, job, nodes)
             access = replace(access, blocks=access.blocks.merged(self.holds))

@@ -9,6 +9,7 @@ one exists, so an operator's settings carry over.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from enum import StrEnum
 from typing import Literal
 
@@ -85,6 +86,7 @@ class Job:
         return gpu_milli_equivalent(self.request)
 
 
+@lru_cache(maxsize=4096)  # a queue repeats a few request shapes many times
 def gpu_milli_equivalent(r: Request) -> int:
     """Milli-GPU of a request over all its nodes; a MIG slice counts its compute share.
 

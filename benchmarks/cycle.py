@@ -1,0 +1,200 @@
+"""How long does one scheduling cycle take on a large, busy cluster?
+
+The cluster: 1,024 nodes x 8 A100-80GB GPUs (8,192 GPUs), 64 of the nodes
+MIG-partitioned. 5,000 jobs are running and 20,000 wait, of mixed shapes:
+fractions of a GPU, 1 to 8 whole GPUs, 2- and 4-node gangs, and MIG slices,
+from 400 users in 40 accounts under three QoSes with per-user and per-account
+GPU limits. The profile: multifactor priority with fairshare, QoS and
+partition limits, EASY backfill testing every pending job, best-fit placement.
+
+* full cycle: ``run_cycle`` on that snapshot (it changes nothing, so every
+  repetition sees the same queue);
+* incremental cycle: after 5 jobs finish and 5 arrive, the next cycle;
+* peak RSS of the process.
+
+``python benchmarks/cycle.py --json`` prints the result as JSON on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
+from gpufleet.core.model import GPU, Node, Request
+from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.state import ClusterState
+from gpufleet.policies.backfill import Backfill, BackfillArgs
+from gpufleet.policies.limits import PartitionLimits, QosLimits
+from gpufleet.policies.placement.fit import BestFit
+from gpufleet.policies.priority import Multifactor
+
+NODES, GPUS, MIG_NODES = 1024, 8, 64
+RUNNING, PENDING = 5_000, 20_000
+MODEL = "A100-80GB"
+MIG_LAYOUT = (("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6))
+
+# (request, weight among pending, weight among running): the shapes users submit, as
+# templates, the way clusters see them. Running jobs lean small: 5,000 of them take
+# about 1.4 GPUs each, most of the cluster.
+SHAPES: list[tuple[Request, float, float]] = [
+    (Request(cpu_milli=2_000, memory_mib=8_192, gpu_milli=250), 0.10, 0.15),
+    (Request(cpu_milli=4_000, memory_mib=16_384, gpu_milli=500), 0.10, 0.15),
+    (Request(cpu_milli=8_000, memory_mib=32_768, gpus=1), 0.30, 0.36),
+    (Request(cpu_milli=16_000, memory_mib=65_536, gpus=2), 0.15, 0.15),
+    (Request(cpu_milli=32_000, memory_mib=131_072, gpus=4), 0.12, 0.07),
+    (Request(cpu_milli=64_000, memory_mib=262_144, gpus=8), 0.08, 0.03),
+    (Request(cpu_milli=64_000, memory_mib=262_144, gpus=8, nodes=2), 0.04, 0.01),
+    (Request(cpu_milli=64_000, memory_mib=262_144, gpus=8, nodes=4), 0.02, 0.0),
+    (Request(cpu_milli=4_000, memory_mib=16_384, mig_profile="1g.10gb", mig_count=1), 0.05, 0.04),
+    (Request(cpu_milli=8_000, memory_mib=32_768, mig_profile="3g.40gb", mig_count=1), 0.04, 0.04),
+]
+LIMITS_S = (600, 3_600, 4 * 3_600, 12 * 3_600, 24 * 3_600)
+
+
+def build_nodes() -> list[Node]:
+    nodes = []
+    for i in range(NODES):
+        mig = MIG_LAYOUT if i >= NODES - MIG_NODES else None
+        gpus = tuple(GPU(g, MODEL, 80 * 1024, mig=mig) for g in range(GPUS))
+        nodes.append(Node(f"n{i:04d}", 128_000, 1_024 * 1_024, gpus, switch=f"s{i // 32}"))
+    return nodes
+
+
+class Workload:
+    """A seeded generator of jobs over the shape templates."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+        pending = np.array([s[1] for s in SHAPES])
+        running = np.array([s[2] for s in SHAPES])
+        self.p = {False: pending / pending.sum(), True: running / running.sum()}
+
+    def job(self, submit: int, **state: object) -> Job:
+        self.count += 1
+        p = self.p[state.get("state") is JobState.RUNNING]
+        shape = SHAPES[int(self.rng.choice(len(SHAPES), p=p))][0]
+        user = int(self.rng.integers(400))
+        qos = ("normal", "normal", "normal", "high", "scavenger")[int(self.rng.integers(5))]
+        return Job(
+            id=f"j{self.count:06d}",
+            user=f"u{user:03d}",
+            account=f"a{user % 40:02d}",
+            qos=qos,
+            partition="gpu",
+            request=shape,
+            submit_time=submit,
+            time_limit_s=int(self.rng.choice(LIMITS_S)),
+            priority_nice=int(self.rng.integers(0, 3)) * 100,
+            **state,  # type: ignore[arg-type]
+        )
+
+
+def build_snapshot(seed: int) -> tuple[Snapshot, Workload]:
+    wl = Workload(seed)
+    state = ClusterState(build_nodes())
+    placer = Placer(PlacementProfile("best-fit", [(BestFit(), 1.0)]))
+    now = 100_000
+    running: list[RunningJob] = []
+    for _ in range(3 * RUNNING):
+        if len(running) == RUNNING:
+            break
+        start = now - int(wl.rng.integers(0, 20_000))
+        job = wl.job(start - 60, state=JobState.RUNNING, start_time=start)
+        placed = placer.place(state, job.request)
+        if placed is not None:
+            running.append(RunningJob(job, tuple(placed), start + job.time_limit_s))
+    else:
+        raise RuntimeError(f"only {len(running)} of {RUNNING} running jobs fit")
+    pending = [wl.job(now - int(wl.rng.integers(0, 200_000))) for _ in range(PENDING)]
+    users = {f"u{u:03d}" for u in range(400)}
+    snapshot = Snapshot(
+        state=state,
+        running=running,
+        pending=pending,
+        qos={
+            "normal": QoS("normal", priority=10, max_gpus_per_user=64, max_gpus_per_account=512),
+            "high": QoS("high", priority=100, max_gpus_per_user=32, preempt=("scavenger",)),
+            "scavenger": QoS("scavenger", priority=0),
+        },
+        partitions={"gpu": Partition("gpu", max_time_s=48 * 3_600)},
+        now=now,
+        fairshare={u: float(wl.rng.random()) for u in sorted(users)},
+    )
+    return snapshot, wl
+
+
+def profile() -> SchedulingProfile:
+    return SchedulingProfile(
+        ordering=Multifactor(),
+        placement=PlacementProfile("best-fit", [(BestFit(), 1.0)]),
+        admission=[PartitionLimits(), QosLimits()],
+        backfill=Backfill(BackfillArgs(mode="easy", max_job_test=PENDING)),
+    )
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def incremental(snapshot: Snapshot, wl: Workload, step: int) -> Snapshot:
+    """The next cycle's snapshot: 5 running jobs finished, 5 new jobs arrived."""
+    running = list(snapshot.running)
+    done = [running.pop(int(wl.rng.integers(len(running)))) for _ in range(5)]
+    for r in done:
+        for a in r.assignments:
+            snapshot.state.release(a)
+    now = snapshot.now + 10 * step
+    pending = [*snapshot.pending, *(wl.job(now) for _ in range(5))]
+    return Snapshot(
+        state=snapshot.state,
+        running=running,
+        pending=pending,
+        qos=snapshot.qos,
+        partitions=snapshot.partitions,
+        now=now,
+        fairshare=snapshot.fairshare,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON result")
+    parser.add_argument("--repeat", type=int, default=5, help="cycles per measurement (>= 5)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    snapshot, wl = build_snapshot(args.seed)
+    prof = profile()
+    run_cycle(snapshot, prof)  # warm-up: compiled kernels, caches
+    full = [timed(lambda: run_cycle(snapshot, prof)) for _ in range(max(5, args.repeat))]
+    plan = run_cycle(snapshot, prof)
+    inc = []
+    for step in range(1, max(5, args.repeat) + 1):
+        snapshot = incremental(snapshot, wl, step)
+        inc.append(timed(lambda: run_cycle(snapshot, prof)))  # noqa: B023
+    result = {
+        "full_cycle_median_s": round(statistics.median(full), 4),
+        "incremental_cycle_median_s": round(statistics.median(inc), 4),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "pending": PENDING,
+        "gpus": NODES * GPUS,
+    }
+    if not args.json:
+        print(f"started {len(plan.starts)}, held {len(plan.holds)}, stats {plan.stats}")
+        print(f"full cycles (s): {[round(t, 4) for t in full]}")
+        print(f"incremental cycles (s): {[round(t, 4) for t in inc]}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
