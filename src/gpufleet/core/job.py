@@ -9,8 +9,8 @@ one exists, so an operator's settings carry over.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from enum import StrEnum
+from functools import lru_cache
 from typing import Literal
 
 from gpufleet.core.model import MILLI, InvalidSpec, Request
