@@ -266,7 +266,9 @@ class LasArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    thresholds_gpu_s: tuple[float, ...] = ()
+    thresholds_gpu_s: tuple[float, ...] = Field(
+        (), description="Queue thresholds in attained GPU-seconds, strictly increasing."
+    )
 
     @field_validator("thresholds_gpu_s")
     @classmethod
