@@ -1,0 +1,251 @@
+"""The policy file: ordering, weights, plugins, QoS, partitions, accounts, reservations.
+
+A policy is a TOML document (the driver reads the file; this module parses
+text, so it stays pure)::
+
+    [ordering]
+    plugin = "multifactor"            # fifo | multifactor | sjf | las
+    [ordering.multifactor]            # PriorityWeight* and friends
+    weight_qos = 100000
+    weight_fairshare = 10000
+
+    [placement]
+    plugin = "best-fit"               # any name in policies.registry.PLACEMENT
+
+    [backfill]                        # omit the table for a strict queue
+    mode = "easy"                     # easy | conservative
+    window_s = 86400                  # bf_window
+    resolution_s = 60                 # bf_resolution
+    max_job_test = 500                # bf_max_job_test
+
+    [preemption]
+    enabled = true
+
+    [[qos]]
+    name = "high"
+    priority = 100
+    preempt = ["scavenger"]
+
+    [[partitions]]
+    name = "gpu"
+    max_time_s = 172800
+
+    [[accounts]]
+    name = "vision"
+    parent = "root"
+    shares = 2
+
+    [[users]]
+    name = "alice"
+    account = "vision"
+
+Every mistake is a ``PolicyError`` whose one-line message names the key, for
+example ``policy.toml: qos.high.preempt: a QoS cannot preempt itself`` or
+``policy.toml: ordering.multifactor.weight_age: Input should be greater than
+or equal to 0``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpufleet.core.accounts import Account, AccountTree, User
+from gpufleet.core.cycle import Ordering, SchedulingProfile
+from gpufleet.core.job import Partition, QoS, Reservation
+from gpufleet.core.model import InvalidSpec
+from gpufleet.policies.backfill import Backfill, BackfillArgs
+from gpufleet.policies.limits import PartitionLimits, QosLimits
+from gpufleet.policies.preemption import CheapestVictims
+from gpufleet.policies.priority import (
+    LasArgs,
+    LeastAttainedService,
+    Multifactor,
+    MultifactorArgs,
+    ShortestJobFirst,
+)
+from gpufleet.policies.queue import Fifo
+from gpufleet.policies.registry import PLACEMENT, placement_profile
+from gpufleet.policies.reservations import Reservations
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OrderingConfig(_Strict):
+    plugin: Literal["fifo", "multifactor", "sjf", "las"] = "multifactor"
+    multifactor: MultifactorArgs = Field(default_factory=MultifactorArgs)
+    las: LasArgs = Field(default_factory=LasArgs)
+
+
+class PlacementConfig(_Strict):
+    plugin: str = "best-fit"
+
+    @field_validator("plugin")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in PLACEMENT:
+            raise ValueError(f"unknown placement plugin {value!r} (known: {', '.join(PLACEMENT)})")
+        return value
+
+
+class PreemptionConfig(_Strict):
+    enabled: bool = False
+
+
+class QosConfig(_Strict):
+    name: str
+    priority: int = Field(0, ge=0)
+    preempt: tuple[str, ...] = ()
+    preempt_mode: Literal["requeue", "cancel"] = "requeue"
+    grace_s: int = Field(0, ge=0)
+    usage_factor: float = Field(1.0, ge=0)
+    preempt_exempt_s: int = Field(0, ge=0)
+    max_jobs_per_user: int = Field(0, ge=0)
+    max_gpus_per_user: int = Field(0, ge=0)
+    max_gpus_per_account: int = Field(0, ge=0)
+    group_gpus: int = Field(0, ge=0)
+    max_wall_s: int = Field(0, ge=0)
+
+
+class PartitionConfig(_Strict):
+    name: str
+    nodes: tuple[str, ...] = ()
+    pools: tuple[str, ...] = ()
+    default_time_s: int = Field(3600, ge=0)
+    max_time_s: int = Field(0, ge=0)
+    priority_tier: int = 0
+    priority_job_factor: int = Field(1, ge=0)
+    allowed_accounts: tuple[str, ...] = ()
+    allowed_qos: tuple[str, ...] = ()
+    preemptible: bool = True
+
+
+class AccountConfig(_Strict):
+    name: str
+    parent: str = "root"
+    shares: float = 1.0
+    priority: int | None = None
+
+
+class UserConfig(_Strict):
+    name: str
+    account: str
+    shares: float = 1.0
+    priority: int | None = None
+
+
+class ReservationConfig(_Strict):
+    name: str
+    start: int
+    end: int
+    nodes: tuple[str, ...] = ()
+    gpus: int = Field(0, ge=0)
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    maintenance: bool = False
+
+
+class PolicyConfig(_Strict):
+    ordering: OrderingConfig = Field(default_factory=OrderingConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    backfill: BackfillArgs | None = None
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
+    qos: tuple[QosConfig, ...] = (QosConfig(name="normal"),)
+    partitions: tuple[PartitionConfig, ...] = (PartitionConfig(name="default"),)
+    accounts: tuple[AccountConfig, ...] = ()
+    users: tuple[UserConfig, ...] = ()
+    reservations: tuple[ReservationConfig, ...] = ()
+
+
+class Policy:
+    """A validated policy, turned into the core's values and a scheduling profile."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        _unique((q.name for q in config.qos), "qos")
+        _unique((p.name for p in config.partitions), "partitions")
+        _unique((r.name for r in config.reservations), "reservations")
+        self.qos = {q.name: QoS(**q.model_dump()) for q in config.qos}
+        self.partitions = {p.name: Partition(**p.model_dump()) for p in config.partitions}
+        self.reservations = tuple(Reservation(**r.model_dump()) for r in config.reservations)
+        self.accounts = AccountTree(
+            [Account(**a.model_dump()) for a in config.accounts],
+            [User(**u.model_dump()) for u in config.users],
+        )
+        for q in config.qos:
+            for other in q.preempt:
+                if other not in self.qos:
+                    raise InvalidSpec(f"qos.{q.name}.preempt", f"unknown QoS {other!r}")
+        for p in config.partitions:
+            for name in p.allowed_qos:
+                if name not in self.qos:
+                    raise InvalidSpec(f"partitions.{p.name}.allowed_qos", f"unknown QoS {name!r}")
+
+    def profile(self) -> SchedulingProfile:
+        """The scheduling profile the policy describes (fresh plugin instances)."""
+        c = self.config
+        ordering: Ordering
+        match c.ordering.plugin:
+            case "fifo":
+                ordering = Fifo()
+            case "multifactor":
+                ordering = Multifactor(c.ordering.multifactor)
+            case "sjf":
+                ordering = ShortestJobFirst()
+            case "las":
+                ordering = LeastAttainedService(c.ordering.las)
+        return SchedulingProfile(
+            ordering=ordering,
+            placement=placement_profile(c.placement.plugin),
+            admission=[PartitionLimits(), QosLimits()],
+            gate=Reservations(),
+            backfill=Backfill(c.backfill) if c.backfill else None,
+            preemption=CheapestVictims() if c.preemption.enabled else None,
+        )
+
+
+def _unique(names: Iterable[str], key: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InvalidSpec(f"{key}.{name}", "defined twice")
+        seen.add(name)
+
+
+def parse_policy(text: str, source: str = "policy") -> Policy:
+    """Parse and validate a policy document; raise PolicyError naming the key."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"{source}: not valid TOML: {e}") from None
+    try:
+        return Policy(PolicyConfig.model_validate(data))
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise PolicyError(f"{source}: {_key(data, err['loc'])}: {err['msg']}") from None
+    except InvalidSpec as e:
+        raise PolicyError(f"{source}: {e}") from None
+
+
+def _key(data: Any, loc: tuple[int | str, ...]) -> str:
+    """A pydantic location as a policy key: list positions become the item's name."""
+    parts: list[str] = []
+    node = data
+    for step in loc:
+        if isinstance(step, int) and isinstance(node, list) and step < len(node):
+            node = node[step]
+            name = node.get("name") if isinstance(node, dict) else None
+            parts.append(str(name) if name else str(step))
+            continue
+        node = node.get(step) if isinstance(node, dict) else None
+        parts.append(str(step))
+    return ".".join(parts)
