@@ -442,3 +442,42 @@ def test_classic_misses_the_account_shares_when_users_split_an_account() -> None
     }
     assert shares["classic"] == pytest.approx(0.6, abs=0.02)
     assert shares["fair_tree"] == pytest.approx(0.5, abs=0.02)
+
+
+def users_under(tree: AccountTree, account: int) -> list[int]:
+    below = [account]
+    for i in below:
+        below.extend(tree.children[i])
+    return [i for i in below if tree.is_user[i]]
+
+
+@given(tree=trees(nested=True), data=st.data())
+def test_fair_tree_ranks_every_user_of_a_better_sibling_account_higher(
+    tree: AccountTree, data: st.DataObject
+) -> None:
+    """Fair Tree's promise, for any usage: if account A has a higher Level Fairshare
+    than its sibling B, every user under A has a higher factor than every user under B;
+    and the factors are ranks, from 1 down to no less than 1/N.
+    """
+    usage = np.array(
+        [data.draw(st.sampled_from([0.0, 1.0, 2.5, 40.0])) if u else 0.0 for u in tree.is_user]
+    )
+    table = fair_tree(tree, usage)
+    users = np.flatnonzero(tree.is_user)
+    assert table.factor[users].max() == 1.0
+    assert table.factor[users].min() >= 1 / len(users)
+    accounts = [i for i in range(1, len(tree)) if not tree.is_user[i]]
+    for a in accounts:
+        for b in accounts:
+            same_parent = tree.parent[a] == tree.parent[b]
+            if same_parent and table.level_fs[a] > table.level_fs[b] * (1 + 1e-6):
+                worst_a = table.factor[users_under(tree, a)].min()
+                assert worst_a > table.factor[users_under(tree, b)].max()
+
+
+@given(tree=trees(nested=True), data=st.data())
+def test_factors_lie_in_zero_one_for_any_usage(tree: AccountTree, data: st.DataObject) -> None:
+    usage = np.array([data.draw(st.floats(0, 1e6)) if u else 0.0 for u in tree.is_user])
+    for algorithm in (classic, fair_tree):
+        factor = algorithm(tree, usage).factor
+        assert np.all((factor >= 0) & (factor <= 1))

@@ -226,7 +226,8 @@ def _levels(
     local_s = tree.shares / tree.sibling_shares
     parent_raw = raw[np.maximum(tree.parent, 0)]
     local_u = np.divide(raw, parent_raw, out=np.zeros(len(tree)), where=parent_raw > 0)
-    level_fs = np.divide(local_s, local_u, out=np.full(len(tree), np.inf), where=local_u > 0)
+    with np.errstate(over="ignore"):  # a vanishing share of usage is LF infinity: correct
+        level_fs = np.divide(local_s, local_u, out=np.full(len(tree), np.inf), where=local_u > 0)
     return raw, local_s, local_u, level_fs
 
 
