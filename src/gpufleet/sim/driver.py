@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.core.accounts import Account, AccountTree, AccountUsage, User
@@ -44,7 +45,7 @@ from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, Runnin
 from gpufleet.core.model import MILLI, Node
 from gpufleet.core.placement import Placer
 from gpufleet.core.state import Assignment, ClusterState, OverAllocation
-from gpufleet.policies.fairshare import FairshareArgs, charge
+from gpufleet.policies.fairshare import FairshareArgs, accrue, charge
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces.record import TraceJob
@@ -88,6 +89,9 @@ class SimConfig(BaseModel):
     mtbf_s: float | None = Field(None, gt=0, description="mean time between failures per node")
     mttr_s: float = Field(3600.0, gt=0, description="mean time to repair a failed node")
     seed: int = Field(0, ge=0, description="seeds fault injection and random placement")
+    priority_calc_s: int = Field(
+        300, ge=0, description="fairshare recomputed at most this often (PriorityCalcPeriod)"
+    )
     sample_s: int | None = Field(
         None, gt=0, description="time series step; None: about 500 samples over the trace"
     )
@@ -181,6 +185,72 @@ class SimResult:
     node_failures: int = 0
 
 
+class UsageLedger:
+    """Fairshare usage between cycles, charged as ``policies.fairshare.charge`` bills.
+
+    A running job bills at a constant rate, so the ledger keeps the billed
+    GPU-seconds per second of every association and decays and charges the
+    usage in one vector step whenever that rate changes. Each job's rate is
+    what ``charge`` bills it for one second, cached by what it depends on.
+    Orderings see a new ``AccountUsage`` at most every ``recalc_s`` seconds,
+    as Slurm recomputes fairshare every PriorityCalcPeriod.
+    """
+
+    def __init__(
+        self,
+        tree: AccountTree,
+        args: FairshareArgs,
+        state: ClusterState,
+        qos: dict[str, QoS],
+        recalc_s: int,
+    ) -> None:
+        self.tree, self.args, self.state, self.qos = tree, args, state, qos
+        self.recalc_s = recalc_s
+        self.usage = np.zeros(len(tree))
+        self.rate = np.zeros(len(tree))
+        self.index = np.arange(len(tree))
+        self.at = 0
+        self.snapshot = AccountUsage(tree, self.usage)
+        self.snapshot_at: int | None = None
+        self._rates: dict[tuple[str, str, str, int, str], npt.NDArray[np.float64]] = {}
+
+    def _accrue(self, now: int) -> None:
+        if now > self.at:
+            elapsed = now - self.at
+            self.usage = accrue(
+                self.usage, elapsed, self.args.half_life_s, self.index, self.rate * elapsed
+            )
+            self.at = now
+
+    def _job_rate(self, r: RunningJob) -> npt.NDArray[np.float64]:
+        j = r.job
+        model = self.state.nodes[r.assignments[0].node].gpu_model if r.assignments else ""
+        key = (j.account, j.user, j.qos, j.gpu_milli, model)
+        rate = self._rates.get(key)
+        if rate is None:
+            zero = AccountUsage(self.tree, np.zeros(len(self.tree)))
+            rate = charge(zero, [r], self.state, self.qos, 1, self.args).usage
+            self._rates[key] = rate
+        return rate
+
+    def start(self, r: RunningJob, now: int) -> None:
+        self._accrue(now)
+        self.rate += self._job_rate(r)
+
+    def stop(self, r: RunningJob, now: int) -> None:
+        self._accrue(now)
+        self.rate -= self._job_rate(r)
+
+    def view(self, now: int) -> AccountUsage:
+        """The usage orderings see at ``now``."""
+        self._accrue(now)
+        if self.snapshot_at is None or now - self.snapshot_at >= self.recalc_s:
+            # Subtracting rates can leave -1e-12 where a rate went back to 0.
+            self.snapshot = AccountUsage(self.tree, np.maximum(self.usage, 0.0))
+            self.snapshot_at = now
+        return self.snapshot
+
+
 ProgressFn = Callable[[int, int], None]
 """Called with (jobs finished, jobs in all) as the replay advances."""
 
@@ -221,6 +291,7 @@ class Simulation:
         self.running: dict[str, RunningJob] = {}
         self.on_node: list[set[str]] = [set() for _ in nodes]
         self.now = 0
+        self.done = 0
         self._build_records(jobs)
         self._build_accounts(shares or {})
         self.partitions = {
@@ -241,7 +312,6 @@ class Simulation:
         self.tick_at: int | None = None
         self.cycles = 0
         self.failures = 0
-        self.done = 0
         self.samples: list[Sample] = []
         self.next_sample = 0
         self.sample_s = self.config.sample_s or self._default_sample_s(jobs)
@@ -275,10 +345,15 @@ class Simulation:
             [Account(a, shares=shares.get(a, 1.0)) for a in names],
             [User(u, a) for a, u in pairs],
         )
-        self.usage = AccountUsage(tree, np.zeros(len(tree)))
         norm = tree.normalized_shares()
         self.entitlement = {a: float(norm[tree.account(a)]) for a in names}
-        self.last_charge = 0
+        self.ledger = (
+            None
+            if self.fairshare is None
+            else UsageLedger(
+                tree, self.fairshare, self.state, self.qos, self.config.priority_calc_s
+            )
+        )
 
     def _meter(self, jobs: Sequence[TraceJob]) -> FragmentationMeter | None:
         requests = [t.request for t in jobs if not t.request.mig_profile]
@@ -302,7 +377,7 @@ class Simulation:
             for node, at in enumerate(self.faults.first_failures(self.state.num_nodes)):
                 self.queue.push(int(at), Kind.NODE_FAIL, node)
         first = self.queue.peek_time()
-        self.now = self.last_advance = self.last_charge = first or 0
+        self.now = self.last_advance = first or 0
         self.next_sample = self.now
         reported = -1
         while len(self.queue) and self.done < total:
@@ -314,6 +389,7 @@ class Simulation:
                 wanted |= self._handle(self.queue.pop())
             if wanted:
                 self._maybe_cycle(t)
+            self._sample()
             if self.progress is not None and self.done != reported:
                 reported = self.done
                 self.progress(self.done, total)
@@ -353,6 +429,8 @@ class Simulation:
         self.now = t
 
     def _maybe_cycle(self, t: int) -> None:
+        if not self.pending:
+            return  # with nobody waiting a cycle can start or preempt nothing
         due = self.last_cycle + self.config.min_gap_s
         if t >= due:
             self.cycle()
@@ -401,7 +479,6 @@ class Simulation:
     def cycle(self) -> Plan:
         """Run one scheduling cycle now and apply its plan."""
         now = self.now
-        self._charge_all()
         snapshot = Snapshot(
             state=self.state,
             running=list(self.running.values()),
@@ -410,7 +487,7 @@ class Simulation:
             partitions=self.partitions,
             now=now,
             reservations=[r for r in self.reservations if r.end > now],
-            accounts=self.usage,
+            accounts=self.ledger.view(now) if self.ledger is not None else None,
         )
         plan = run_cycle(snapshot, self.sched, now)
         self.cycles += 1
@@ -434,28 +511,7 @@ class Simulation:
         if self.config.interval_s and self.pending and self.tick_at is None:
             self.tick_at = now + self.config.interval_s
             self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
-        self._sample()
         return plan
-
-    def _charge_all(self) -> None:
-        """Bill every running job for the time since the last charge (fairshare usage)."""
-        if self.fairshare is None:
-            return
-        elapsed = self.now - self.last_charge
-        if elapsed > 0:
-            running = list(self.running.values())
-            self.usage = charge(self.usage, running, self.state, self.qos, elapsed, self.fairshare)
-            self.last_charge = self.now
-
-    def _charge_leaving(self, rec: JobRecord) -> None:
-        """Bill a job that stops now for its share of the interval not yet charged."""
-        if self.fairshare is None:
-            return
-        elapsed = self.now - self.last_charge
-        if elapsed > 0:
-            flat = self.fairshare.model_copy(update={"half_life_s": 0})
-            r = self.running[rec.job.id]
-            self.usage = charge(self.usage, [r], self.state, self.qos, elapsed, flat)
 
     # -- runs ------------------------------------------------------------------
     def _start(self, rec: JobRecord, assignments: list[Assignment]) -> None:
@@ -481,7 +537,10 @@ class Simulation:
             rec.first_start = now
         job = replace(rec.job, state=JobState.RUNNING, start_time=now, last_checkpoint=None)
         length = min(rec.remaining, job.time_limit_s)
-        self.running[job.id] = RunningJob(job, rec.assignments, now + job.time_limit_s)
+        r = RunningJob(job, rec.assignments, now + job.time_limit_s)
+        self.running[job.id] = r
+        if self.ledger is not None:
+            self.ledger.start(r, now)
         for a in assignments:
             self.on_node[a.node].add(job.id)
         self.alloc_milli += job.gpu_milli
@@ -504,8 +563,9 @@ class Simulation:
 
     def _release(self, rec: JobRecord) -> int:
         """Take the job off its nodes; return how long this run lasted."""
-        self._charge_leaving(rec)
         r = self.running.pop(rec.job.id)
+        if self.ledger is not None:
+            self.ledger.stop(r, self.now)
         for a in r.assignments:
             self.state.release(a)
             self.on_node[a.node].discard(rec.job.id)

@@ -26,8 +26,10 @@ Definitions (times in seconds; a job's *runtime* is its trace duration):
 
 from __future__ import annotations
 
+import csv
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,10 @@ JOB_COLUMNS = (
     "id", "user", "account", "qos", "partition", "gpus", "submit", "first_start", "end",
     "duration", "state", "jct", "queue", "preemptions", "failures", "requeues",
     "allocated_gpu_s", "lost_gpu_s",
+)  # fmt: skip
+GROUP_COLUMNS = (
+    "jobs", "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "queue_mean_s",
+    "slowdown_mean", "gpu_hours", "lost_gpu_hours", "share", "entitlement",
 )  # fmt: skip
 SERIES_COLUMNS = ("time", "alloc_pct", "frag_pct", "pending", "running", "nodes_down")
 
@@ -211,3 +217,30 @@ def series_rows(result: SimResult) -> list[tuple[object, ...]]:
         )
         for s in result.samples
     ]
+
+
+def write_tables(out: Path, result: SimResult, suffix: str = "") -> list[Path]:
+    """Write ``jobs{suffix}.csv``, ``series{suffix}.csv`` and ``groups{suffix}.csv`` into ``out``.
+
+    ``groups`` has one row per (group, name): per user, account, QoS and partition.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    group_rows: list[tuple[object, ...]] = []
+    for group in GROUPS:
+        for name, stats in by_group(result, group).items():
+            cells = (round(stats[k], 4) if k in stats else "" for k in GROUP_COLUMNS)
+            group_rows.append((group, name, *cells))
+    tables = {
+        "jobs": (JOB_COLUMNS, job_rows(result)),
+        "series": (SERIES_COLUMNS, series_rows(result)),
+        "groups": (("group", "name", *GROUP_COLUMNS), group_rows),
+    }
+    written = []
+    for stem, (header, rows) in tables.items():
+        path = out / f"{stem}{suffix}.csv"
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            writer.writerows(rows)
+        written.append(path)
+    return written
