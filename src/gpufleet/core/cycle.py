@@ -149,7 +149,9 @@ class Gate(Protocol):
     blocks other reservations impose. Pure; may cache per snapshot.
     """
 
-    def access(self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray) -> Access: ...
+    def access(
+        self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray, now: int
+    ) -> Access: ...
 
 
 class Backfill(Protocol):
@@ -423,7 +425,7 @@ class _Cycle:
             if access is None:
                 access = self.plain_access[job.partition] = Access(nodes, self.holds)
         else:
-            access = self.p.gate.access(self.s, job, nodes)
+            access = self.p.gate.access(self.s, job, nodes, self.now)
             access = replace(access, blocks=access.blocks.merged(self.holds))
         return access
 

@@ -65,12 +65,12 @@ class Reservations:
             self._blocks[name] = blocks
         return blocks
 
-    def access(self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray) -> Access:
+    def access(self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray, now: int) -> Access:
         self._reset(snapshot)
         if not job.reservation:
             return Access(partition_nodes, self._blocks_except(snapshot, ""))
         res = next((r for r in snapshot.reservations if r.name == job.reservation), None)
-        if res is None or not res.admits(job) or snapshot.now >= res.end:
+        if res is None or not res.admits(job) or now >= res.end:
             return Access(partition_nodes, Blocks.none(len(partition_nodes)), reason=RESERVATION)
         nodes = partition_nodes & self._masks[res.name]
         blocks = self._blocks_except(snapshot, res.name).copy()
