@@ -258,9 +258,11 @@ ProgressFn = Callable[[int, int], None]
 class Simulation:
     """One replay of ``jobs`` on ``nodes`` under a scheduling profile.
 
-    ``shares`` maps an account to its fairshare shares (its entitlement;
-    1 when absent). ``reservations`` become the snapshot's advance
-    reservations, each starting and ending with an event.
+    ``qos`` defaults to ``default_qos``; ``partitions`` are laid over one
+    partition (of all nodes) per name the jobs use. ``shares`` maps an
+    account to its fairshare shares (its entitlement; 1 when absent).
+    ``reservations`` become the snapshot's advance reservations, each
+    starting and ending with an event.
     """
 
     def __init__(
@@ -272,6 +274,7 @@ class Simulation:
         name: str = "",
         config: SimConfig | None = None,
         qos: dict[str, QoS] | None = None,
+        partitions: dict[str, Partition] | None = None,
         reservations: Sequence[Reservation] = (),
         shares: dict[str, float] | None = None,
         fairshare: FairshareArgs | None = None,
@@ -294,10 +297,8 @@ class Simulation:
         self.done = 0
         self._build_records(jobs)
         self._build_accounts(shares or {})
-        self.partitions = {
-            name: Partition(name)
-            for name in sorted({r.job.partition for r in self.records.values()})
-        }
+        names = sorted({r.job.partition for r in self.records.values()})
+        self.partitions = {**{n: Partition(n) for n in names}, **(partitions or {})}
         self.faults = (
             FaultModel(self.config.mtbf_s, self.config.mttr_s, self.config.seed)
             if self.config.mtbf_s
