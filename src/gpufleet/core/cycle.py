@@ -317,6 +317,7 @@ class _Shape:
     """Per (request, partition, reservation) facts found during one cycle."""
 
     failed_at: int = NEVER  # shortest time limit that failed to place now
+    unheld_at: int = NEVER  # shortest time limit that found no hold within the window
     never: bool | None = None  # would not fit even on an idle cluster
 
 
@@ -374,7 +375,7 @@ class _Cycle:
             return INVALID_QOS
         if job.partition not in self.s.partitions:
             return INVALID_PARTITION
-        if any(d in in_queue for d in job.dependencies):
+        if job.dependencies and any(d in in_queue for d in job.dependencies):
             return DEPENDENCY
         return ""
 
@@ -396,7 +397,9 @@ class _Cycle:
             plan.reasons[job.id] = RESERVATION
             return
         key = (job.request, job.partition, job.reservation)
-        shape = self.shapes.setdefault(key, _Shape())
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = self.shapes[key] = _Shape()
         if shape.never is None:
             shape.never = not self._fits_idle(job.request, access.nodes)
         if shape.never:
@@ -410,10 +413,11 @@ class _Cycle:
             if self._start(job, access):
                 return
             if self._preempt(job, access):
-                shape.failed_at = NEVER
+                for other in self.shapes.values():  # victims freed room: retry every shape
+                    other.failed_at = NEVER
                 return
             shape.failed_at = min(shape.failed_at, job.time_limit_s)
-        self._wait(job, access)
+        self._wait(job, access, shape)
 
     def _access(self, job: Job) -> Access:
         nodes = self.partition_masks.get(job.partition)
@@ -497,15 +501,17 @@ class _Cycle:
             self.journal.rollback(mark)
 
     # -- waiting -------------------------------------------------------------
-    def _wait(self, job: Job, access: Access) -> None:
+    def _wait(self, job: Job, access: Access, shape: _Shape) -> None:
         plan, backfill = self.plan, self.p.backfill
-        first = job.partition not in self.waiting
-        self.waiting.add(job.partition)
-        plan.reasons[job.id] = RESOURCES if first else PRIORITY
+        if job.partition in self.waiting:
+            plan.reasons[job.id] = PRIORITY
+        else:
+            self.waiting.add(job.partition)
+            plan.reasons[job.id] = RESOURCES
         if backfill is None:
             self.strict_blocked.add(job.partition)
             return
-        if not backfill.wants_hold(self.hold_count):
+        if job.time_limit_s >= shape.unheld_at or not backfill.wants_hold(self.hold_count):
             return
         hold = self.timeline.earliest(
             job.request,
@@ -514,7 +520,10 @@ class _Cycle:
             access.blocks,
             horizon=backfill.horizon(self.now),
         )
-        if hold is not None:
+        if hold is None:
+            # Longer jobs of the shape, around only more holds, would find none either.
+            shape.unheld_at = job.time_limit_s
+        else:
             self._hold(job, hold)
 
     def _hold(self, job: Job, hold: Hold) -> None:
