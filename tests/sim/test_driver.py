@@ -1,0 +1,252 @@
+"""The discrete-event driver: golden tiny traces with JCTs worked out by hand,
+preemption with grace and checkpoints, failures, reservations, work
+conservation, determinism, and the orderings published studies report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builders import node
+from gpufleet.core.model import Node, Request
+from gpufleet.sim.driver import JobRecord, SimResult
+from gpufleet.sim.events import EventQueue, Kind
+from gpufleet.sim.metrics import job_rows, summarize
+from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.traces import load_trace
+from gpufleet.sim.traces.record import TraceJob
+
+FIFO = {"ordering": {"plugin": "fifo"}, "placement": {"plugin": "first-fit"}}
+EASY = {**FIFO, "backfill": {"mode": "easy", "resolution_s": 1}}
+ORACLE = {"oracle_limits": True}
+
+
+def nodes(count: int, gpus: int = 1) -> list[Node]:
+    return [node(f"n{i}").gpus(gpus).build() for i in range(count)]
+
+
+def tj(job_id: str, submit: int, duration: int, gpus: int = 1, **extra: Any) -> TraceJob:
+    width = extra.pop("width", 1)
+    request = Request(gpus=gpus, cpu_milli=1000, nodes=width)
+    return TraceJob(id=job_id, submit_time=submit, duration_s=duration, request=request, **extra)
+
+
+def run(cluster: list[Node], jobs: list[TraceJob], policy: dict[str, Any], **sim: Any) -> SimResult:
+    return replay(cluster, jobs, profile_from_dict({**policy, "sim": sim}, "test"))
+
+
+def by_id(result: SimResult) -> dict[str, JobRecord]:
+    return {r.job.id: r for r in result.jobs}
+
+
+def jcts(result: SimResult) -> dict[str, int]:
+    return {r.job.id: r.end - r.trace.submit_time for r in result.jobs}
+
+
+GOLDEN = [
+    pytest.param(
+        2,
+        [tj("a", 0, 10), tj("b", 0, 20), tj("c", 0, 15)],
+        FIFO,
+        # a, b start at 0 on n0, n1; c waits for a (ends 10): 10 + 15 = 25.
+        {"a": 10, "b": 20, "c": 25},
+        id="fifo-2x1-three-jobs",
+    ),
+    pytest.param(
+        1,
+        [tj("a", 0, 10), tj("b", 5, 10)],
+        FIFO,
+        # b arrives at 5, starts when a ends at 10, ends 20: JCT 20 - 5 = 15.
+        {"a": 10, "b": 15},
+        id="fifo-queueing-delay",
+    ),
+    pytest.param(
+        2,
+        [tj("a", 0, 10), tj("b", 1, 10, width=2), tj("c", 2, 5)],
+        FIFO,
+        # The 2-node gang b waits for a (10), runs 10..20: JCT 19. Strict FIFO keeps
+        # c behind b although n1 is free: c runs 20..25, JCT 23.
+        {"a": 10, "b": 19, "c": 23},
+        id="fifo-gang-blocks",
+    ),
+    pytest.param(
+        2,
+        [tj("a", 0, 10), tj("b", 1, 10, width=2), tj("c", 2, 5)],
+        EASY,
+        # b is held to start at 10 on both nodes; c (limit 5) ends at 7 <= 10 on
+        # the idle n1, so it backfills: JCT 5. b still starts at 10: JCT 19.
+        {"a": 10, "b": 19, "c": 5},
+        id="easy-backfill",
+    ),
+    pytest.param(
+        1,
+        [tj("long", 0, 100), tj("x", 1, 30), tj("y", 1, 10)],
+        {**FIFO, "ordering": {"plugin": "sjf"}},
+        # SJF with oracle limits: y (10) before x (30) once long ends at 100.
+        # y: 100..110 -> 109; x: 110..140 -> 139.
+        {"long": 100, "x": 139, "y": 109},
+        id="sjf-oracle",
+    ),
+]
+
+
+@pytest.mark.parametrize(("count", "jobs", "policy", "expected"), GOLDEN)
+def test_golden_jcts(
+    count: int, jobs: list[TraceJob], policy: dict[str, Any], expected: dict[str, int]
+) -> None:
+    result = run(nodes(count), jobs, policy, **ORACLE)
+    assert jcts(result) == expected
+    assert all(r.state == "completed" for r in result.jobs)
+
+
+def test_golden_summary_arithmetic() -> None:
+    result = run(nodes(2), [tj("a", 0, 10), tj("b", 0, 20), tj("c", 0, 15)], FIFO)
+    s = summarize(result)
+    # JCTs 10, 20, 25: mean 55 / 3; waits 0, 0, 10: mean 10 / 3.
+    assert s["jct_mean_s"] == pytest.approx(55 / 3)
+    assert s["jct_p50_s"] == 20
+    assert s["queue_mean_s"] == pytest.approx(10 / 3)
+    # 10 + 20 + 15 = 45 GPU-seconds over 2 GPUs x 25 s of makespan = 90 %.
+    assert s["makespan_s"] == 25
+    assert s["gpu_alloc_mean_pct"] == pytest.approx(90.0)
+    # c: JCT 25 over max(15, 10) -> 5/3; a and b: 1. Mean (1 + 1 + 5/3) / 3.
+    assert s["slowdown_mean"] == pytest.approx((2 + 5 / 3) / 3)
+
+
+# Multifactor with its QoS weight ranks "high" above the "preemptible" victim, so a
+# victim requeued after its grace time does not win its nodes back.
+PREEMPT = {**FIFO, "ordering": {"plugin": "multifactor"}, "preemption": {"enabled": True}}
+
+
+def low_and_high(checkpoint: int | None = 30) -> list[TraceJob]:
+    return [
+        tj("low", 0, 100, preemptible=True, priority_class="low", checkpoint_interval_s=checkpoint),
+        tj("high", 50, 10, priority_class="high"),
+    ]
+
+
+def test_preemption_loses_work_since_the_last_checkpoint() -> None:
+    result = run(nodes(1), low_and_high(), PREEMPT)
+    low, high = by_id(result)["low"], by_id(result)["high"]
+    # high arrives at 50 and preempts low at once; low checkpointed at 30, so
+    # 20 s are lost and 70 remain. high runs 50..60, low again 60..130.
+    assert (high.first_start, high.end) == (50, 60)
+    assert (low.end, low.preemptions, low.requeues) == (130, 1, 1)
+    assert low.lost_preemption_gpu_s == 20
+    # allocated 50 + 70 = 120 = the 100 s of work + the 20 s lost
+    assert low.allocated_gpu_s == 120
+
+
+def test_grace_time_lets_the_victim_run_on() -> None:
+    qos = [{"name": "preemptible", "grace_s": 10}]
+    result = run(nodes(1), low_and_high(), {**PREEMPT, "qos": qos})
+    low, high = by_id(result)["low"], by_id(result)["high"]
+    # Signalled at 50, stopped at 60 (before its checkpoint due at 60): keeps 30,
+    # loses 30. high runs 60..70; low resumes with 70 s left: 70..140.
+    assert (high.first_start, high.end) == (60, 70)
+    assert low.lost_preemption_gpu_s == 30
+    assert low.end == 140
+
+
+def test_cancel_mode_ends_the_victim() -> None:
+    qos = [{"name": "preemptible", "preempt_mode": "cancel"}]
+    result = run(nodes(1), low_and_high(), {**PREEMPT, "qos": qos})
+    low = by_id(result)["low"]
+    # Cancelled at 50: all 50 s it ran are lost, checkpointed or not.
+    assert (low.state, low.end) == ("cancelled", 50)
+    assert low.lost_preemption_gpu_s + low.lost_other_gpu_s == 50
+
+
+def test_time_limit_ends_a_job_as_timed_out() -> None:
+    result = run(nodes(1), [tj("a", 0, 100, time_limit_s=40)], FIFO)
+    a = by_id(result)["a"]
+    assert (a.state, a.end, a.lost_other_gpu_s) == ("timeout", 40, 40)
+
+
+def test_default_time_limit_rounds_the_duration_up() -> None:
+    result = run(nodes(1), [tj("a", 0, 100)], FIFO, limit_round_s=60)
+    # 100 s rounds up to 120; the job completes within it.
+    assert result.jobs[0].job.time_limit_s == 120
+    assert result.jobs[0].state == "completed"
+
+
+def test_a_job_that_never_fits_is_unschedulable_and_the_replay_ends() -> None:
+    result = run(nodes(2), [tj("big", 0, 10, gpus=4), tj("a", 0, 10)], FIFO)
+    assert {r.job.id: r.state for r in result.jobs} == {"big": "unschedulable", "a": "completed"}
+
+
+def test_maintenance_reservation_delays_jobs_until_it_ends() -> None:
+    res = [{"name": "m", "start": 0, "end": 100, "nodes": ["n0"], "maintenance": True}]
+    result = run(nodes(1), [tj("a", 0, 10)], {**FIFO, "reservations": res})
+    # a would overlap the window [0, 100) on the only node; it starts at its end.
+    assert (by_id(result)["a"].first_start, by_id(result)["a"].end) == (100, 110)
+
+
+def test_event_order_is_time_then_kind_then_sequence() -> None:
+    q = EventQueue()
+    q.push(5, Kind.ARRIVAL, "late")
+    q.push(3, Kind.SCHEDULE, "tick")
+    q.push(3, Kind.ARRIVAL, "first")
+    q.push(3, Kind.JOB_END, "end")
+    q.push(3, Kind.ARRIVAL, "second")
+    # time 3 before 5; at 3 ends before arrivals before the cycle; arrivals in push order
+    assert [q.pop().key for _ in range(len(q))] == ["end", "first", "second", "tick", "late"]
+
+
+SYNTH = "synthetic:n_jobs=150,seed=3,gpus_total=64,max_duration_s=7200,load=1.5"
+NODES8 = Path(__file__).parent / "fixtures" / "nodes8x8.csv"
+
+
+@pytest.fixture(scope="module")
+def workload() -> tuple[list[Node], list[TraceJob]]:
+    from gpufleet.sim.openb import load_nodes
+
+    return load_nodes(NODES8), load_trace(SYNTH)
+
+
+def test_work_is_conserved_with_preemption_and_failures(
+    workload: tuple[list[Node], list[TraceJob]],
+) -> None:
+    cluster, jobs = workload
+    policy = {**EASY, "preemption": {"enabled": True}}
+    result = run(cluster, jobs, policy, mtbf_s=50_000, mttr_s=600, checkpoint_interval_s=600)
+    assert result.node_failures > 0
+    assert sum(r.preemptions for r in result.jobs) > 0
+    completed = sum(r.gpus * r.trace.duration_s for r in result.jobs if r.state == "completed")
+    lost = sum(
+        r.lost_preemption_gpu_s + r.lost_failure_gpu_s + r.lost_other_gpu_s for r in result.jobs
+    )
+    allocated = sum(r.allocated_gpu_s for r in result.jobs)
+    assert completed + lost == pytest.approx(allocated)
+    # The time integral of allocation counts the same GPU-seconds.
+    assert result.alloc_milli_s / 1000 == pytest.approx(allocated)
+
+
+def test_same_seed_same_replay(workload: tuple[list[Node], list[TraceJob]]) -> None:
+    cluster, jobs = workload
+    policy = {**EASY, "ordering": {"plugin": "multifactor"}, "preemption": {"enabled": True}}
+    first = run(cluster, jobs, policy, mtbf_s=50_000, seed=7)
+    second = run(cluster, jobs, policy, mtbf_s=50_000, seed=7)
+    assert job_rows(first) == job_rows(second)
+    assert first.samples == second.samples
+    other = run(cluster, jobs, policy, mtbf_s=50_000, seed=8)
+    assert job_rows(other) != job_rows(first)
+
+
+def test_sjf_with_an_oracle_beats_fifo_on_mean_jct(
+    workload: tuple[list[Node], list[TraceJob]],
+) -> None:
+    cluster, jobs = workload
+    fifo = summarize(run(cluster, jobs, EASY, **ORACLE))
+    sjf = summarize(run(cluster, jobs, {**EASY, "ordering": {"plugin": "sjf"}}, **ORACLE))
+    assert sjf["jct_mean_s"] < fifo["jct_mean_s"]
+
+
+def test_backfill_beats_a_strict_queue(workload: tuple[list[Node], list[TraceJob]]) -> None:
+    cluster, jobs = workload
+    strict = summarize(run(cluster, jobs, FIFO))
+    easy = summarize(run(cluster, jobs, EASY))
+    assert easy["jct_mean_s"] < strict["jct_mean_s"]
+    assert easy["gpu_alloc_mean_pct"] > strict["gpu_alloc_mean_pct"]
