@@ -88,3 +88,29 @@ def test_a_hold_beyond_the_backfill_window_is_not_made() -> None:
     plan = run_cycle(sc.snapshot(), profile)
     assert plan.holds == {}
     assert plan.reasons == {"gang": "Resources"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "starts", "holds"),
+    [
+        # EASY holds only "first" (b, whole at 500): "third" may take a's 2 free GPUs,
+        # although that pushes "second" past 1000.
+        ("easy", {"third": ["a"]}, {"first": 500}),
+        # Conservative also holds "second" on a from 1000, so "third" (100 + 5000 > 1000)
+        # waits, held itself on b after "first": 500 + 3600 = 4100.
+        ("conservative", {}, {"first": 500, "second": 1000, "third": 4100}),
+    ],
+)
+def test_conservative_backfill_protects_every_held_job(
+    mode: Literal["easy", "conservative"], starts: dict[str, list[str]], holds: dict[str, int]
+) -> None:
+    sc = Scenario([node("a").gpus(8), node("b").gpus(8)], now=100, backfill=mode)
+    sc.run(qjob("r1").gpus(6).limit(1000), start=0, on="a")
+    sc.run(qjob("r2").gpus(8).limit(500), start=0, on="b")
+    out = sc.submit(
+        qjob("first").gpus(8).submit(1),
+        qjob("second").gpus(8).submit(2),
+        qjob("third").gpus(2).limit(5000).submit(3),
+    ).cycle()
+    assert out.starts == starts
+    assert out.holds == holds
