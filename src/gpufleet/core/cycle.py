@@ -332,10 +332,9 @@ class _Cycle:
         self.tally = Tally()
         self.running = {r.job.id: r for r in snapshot.running}
         resolution = profile.backfill.resolution if profile.backfill else 1
-        self.timeline = Timeline(self.state, now, resolution)
+        self.timeline = Timeline(self.state, now, resolution, snapshot.running)
         for r in snapshot.running:
             self.tally.add(r.job)
-            self.timeline.add(r.job.id, r.assignments, r.expected_end)
         self.holds = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}

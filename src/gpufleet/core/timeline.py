@@ -18,11 +18,12 @@ at ``blocked_until`` or later, so it can never delay what holds the node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpufleet.core.job import RunningJob
 from gpufleet.core.model import Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
@@ -73,28 +74,43 @@ class Hold:
 class Timeline:
     """Expected releases of resources after ``now``, rounded up to ``resolution`` seconds."""
 
-    def __init__(self, state: ClusterState, now: int, resolution: int = 60) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        now: int,
+        resolution: int = 60,
+        running: Sequence[RunningJob] = (),
+    ) -> None:
+        """``running`` hold their assignments until their expected ends (read lazily)."""
         self.state = state
         self.now = now
         self.resolution = max(1, resolution)
-        self._holders: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
+        self._running = running
+        self._removed: set[str] = set()
+        self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
         self._built: _Events | None = None
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
-        step = self.resolution
-        end = self.now + max(0, -(-(end - self.now) // step) * step)
-        self._holders[key] = (end, tuple(assignments))
+        self._added[key] = (end, tuple(assignments))
         self._built = None
 
     def remove(self, key: str) -> None:
         """``key`` no longer holds anything (it was preempted or finished)."""
-        if self._holders.pop(key, None) is not None:
-            self._built = None
+        self._removed.add(key)
+        self._added.pop(key, None)
+        self._built = None
+
+    def _holders(self) -> Iterator[tuple[int, tuple[Assignment, ...]]]:
+        gone = self._removed | self._added.keys()
+        for r in self._running:
+            if not gone or r.job.id not in gone:
+                yield r.expected_end, r.assignments
+        yield from self._added.values()
 
     def _events(self) -> _Events:
         if self._built is None:
-            self._built = _Events.build(self.state, self._holders.values())
+            self._built = _Events.build(self.state, self._holders(), self.now, self.resolution)
         return self._built
 
     def node_times(self, r: Request) -> IntArray:
@@ -220,12 +236,18 @@ class _Events:
 
     @classmethod
     def build(
-        cls, st: ClusterState, holders: Iterable[tuple[int, tuple[Assignment, ...]]]
+        cls,
+        st: ClusterState,
+        holders: Iterable[tuple[int, tuple[Assignment, ...]]],
+        now: int,
+        step: int,
     ) -> _Events:
+        """Events of ``holders``; ends round up to ``step`` after ``now``, and past ends to now."""
         width = st.gpu_milli_free.shape[1]
         node, time, cpu, mem = [], [], [], []
         gslot, gtime, gmilli, gmem = [], [], [], []
         mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
+        mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
         for end, assignments in holders:
             for a in assignments:
                 node.append(a.node)
@@ -239,15 +261,19 @@ class _Events:
                     gmem.append(a.gpu_memory_mib)
                 if a.mig:
                     mig_end[list(a.mig)] = end
+                    mig_held[list(a.mig)] = True
+
+        def rounded(times: IntArray) -> IntArray:
+            return now + np.maximum(0, -(-(times - now) // step) * step)
 
         def arr(values: list[int]) -> IntArray:
             return np.asarray(values, dtype=np.int64)
 
         n = st.num_nodes
         return cls(
-            cpu=_Releases.build(arr(node), arr(time), arr(cpu), n),
-            mem=_Releases.build(arr(node), arr(time), arr(mem), n),
-            milli=_Releases.build(arr(gslot), arr(gtime), arr(gmilli), n * width),
-            gmem=_Releases.build(arr(gslot), arr(gtime), arr(gmem), n * width),
-            mig_end=np.where(st.mig_free, 0, np.where(mig_end > 0, mig_end, NEVER)),
+            cpu=_Releases.build(arr(node), rounded(arr(time)), arr(cpu), n),
+            mem=_Releases.build(arr(node), rounded(arr(time)), arr(mem), n),
+            milli=_Releases.build(arr(gslot), rounded(arr(gtime)), arr(gmilli), n * width),
+            gmem=_Releases.build(arr(gslot), rounded(arr(gtime)), arr(gmem), n * width),
+            mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
         )
