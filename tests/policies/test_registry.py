@@ -85,4 +85,4 @@ def test_unknown_policy_names_the_known_ones() -> None:
     assert message.startswith("unknown placement policy 'worst-fit' (known: first-fit, ")
     assert all(name in message for name in PLACEMENT)
     assert "\n" not in message
-    assert isinstance(err.value, KeyError)
+    assert isinstance(err.value, ValueError)

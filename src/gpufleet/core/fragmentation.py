@@ -10,9 +10,10 @@ could not use it:
   per-GPU shares is a fragment.
 
 The node's fragmentation is the expectation over the workload's task types,
-weighted by how often each type occurs. A CPU-only type therefore turns the
-whole node's free GPUs into fragments once the node runs out of CPU, which is
-how CPU exhaustion strands GPUs.
+weighted by how often each type occurs. A CPU-only type can use no GPU, so
+all of a node's free GPU capacity is a fragment for it: a constant share that
+matches the paper's definition (an idle openb cluster is 13.9% fragmented).
+GPUs stranded by exhausted CPU show up through the GPU types' CPU needs.
 
 The hot loops are compiled with numba: a fill run evaluates millions of
 hypothetical node states, and that is the cost of fragmentation-aware placement.

@@ -197,16 +197,21 @@ class Placer:
         nodes = np.flatnonzero(feasible)
         return feasible, Options(nodes, np.full(len(nodes), -1, dtype=np.int64))
 
-    def _mig_count(self, state: ClusterState, r: Request, empty: bool) -> IntArray:
+    @staticmethod
+    def _mig_instances(state: ClusterState, r: Request, empty: bool) -> BoolArray:
+        """MIG instances of the requested profile, on an allowed model, free unless ``empty``."""
         if r.mig_profile not in state.mig_profiles:
-            return np.zeros(state.num_nodes, dtype=np.int64)
-        pid = state.mig_profiles.index(r.mig_profile)
-        match = state.mig_profile == pid
+            return np.zeros(len(state.mig_node), dtype=np.bool_)
+        match: BoolArray = state.mig_profile == state.mig_profiles.index(r.mig_profile)
         if not empty:
             match &= state.mig_free
         if r.gpu_models:
             allowed = [i for i, m in enumerate(state.models) if m in r.gpu_models]
             match &= np.isin(state.gpu_model[state.mig_node, state.mig_gpu], allowed)
+        return match
+
+    def _mig_count(self, state: ClusterState, r: Request, empty: bool) -> IntArray:
+        match = self._mig_instances(state, r, empty)
         return np.bincount(state.mig_node[match], minlength=state.num_nodes)
 
     def context(
@@ -232,7 +237,8 @@ class Placer:
         scorers = self.profile.scorers
         if k == 1 or not scorers:
             return 0
-        if len(scorers) == 1:
+        if len(scorers) == 1 and scorers[0][1] > 0:
+            # One scorer with a positive weight: normalising cannot change its order.
             return int(np.argmax(scorers[0][0].score(ctx)))
         total = np.zeros(k, dtype=np.float64)
         for scorer, weight in scorers:
@@ -251,9 +257,8 @@ class Placer:
             gpus = ()
         mig: tuple[int, ...] = ()
         if r.mig_profile:
-            pid = state.mig_profiles.index(r.mig_profile)
             free_inst = np.flatnonzero(
-                (state.mig_node == node) & (state.mig_profile == pid) & state.mig_free
+                self._mig_instances(state, r, empty=False) & (state.mig_node == node)
             )
             mig = tuple(int(i) for i in free_inst[: r.mig_count])
         return Assignment(
@@ -282,6 +287,6 @@ class Placer:
         return stmt.commit()
 
     def fits_empty(self, state: ClusterState, r: Request) -> bool:
-        """Would the request fit if the cluster were idle (``test`` mode)?"""
-        feasible, _ = self.fit(state, r, Mode.TEST)
-        return int(feasible.sum()) >= r.nodes
+        """Would the request fit if the cluster were idle (``test`` mode)? Filters apply."""
+        ctx = self.context(state, r, Mode.TEST)
+        return int(ctx.feasible.sum()) >= r.nodes

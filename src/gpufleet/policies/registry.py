@@ -50,13 +50,9 @@ PLACEMENT: dict[str, Builder] = {
 }
 
 
-class UnknownPolicy(KeyError):
+class UnknownPolicy(ValueError):
     def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.message = f"unknown placement policy {name!r} (known: {', '.join(PLACEMENT)})"
-
-    def __str__(self) -> str:
-        return self.message
+        super().__init__(f"unknown placement policy {name!r} (known: {', '.join(PLACEMENT)})")
 
 
 def placement_profile(
