@@ -65,11 +65,12 @@ def test_shares_and_entitlements(result: SimResult) -> None:
     # big used 40 of 50 GPU-seconds against 3 of 4 shares; small 10 of 50 against 1 of 4.
     assert shares["big"] == pytest.approx((0.8, 0.75))
     assert shares["small"] == pytest.approx((0.2, 0.25))
-    # x = (0.8 / 0.75, 0.2 / 0.25) = (16/15, 4/5): (28/15)^2 / (2 x (256/225 + 16/25))
-    x = (16 / 15, 4 / 5)
-    assert summarize(result)["jain_fairness"] == pytest.approx(
-        sum(x) ** 2 / (2 * sum(v * v for v in x))
-    )
+
+
+def test_jain_while_jobs_wait(result: SimResult) -> None:
+    # Samples with a queue: t=0 (b waits; only big is active: 1), t=2 and t=30 (c
+    # waits; big holds the GPU: x = (1 / 0.75, 0) -> 1/2). At 40 nobody waits.
+    assert summarize(result)["jain_fairness"] == pytest.approx((1 + 0.5 + 0.5) / 3)
 
 
 def test_per_account_metrics(result: SimResult) -> None:

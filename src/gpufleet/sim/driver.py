@@ -31,6 +31,7 @@ lost (to preemption, failures, or an end without completion).
 from __future__ import annotations
 
 import time as wallclock
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -166,6 +167,8 @@ class Sample:
     running: int
     frag_milli: float
     nodes_down: int
+    accounts: dict[str, int] = field(default_factory=dict)
+    """Milli-GPU held per account with jobs running or waiting (0: waiting only)."""
 
 
 @dataclass
@@ -306,6 +309,8 @@ class Simulation:
         )
         self.meter = self._meter(jobs)
         self.alloc_milli = 0
+        self.held: defaultdict[str, int] = defaultdict(int)  # milli-GPU per account
+        self.waiting: defaultdict[str, int] = defaultdict(int)  # pending jobs per account
         self.alloc_area = 0.0
         self.last_advance = 0
         self.last_cycle = -(10**18)
@@ -444,7 +449,7 @@ class Simulation:
         match ev.kind:
             case Kind.ARRIVAL:
                 rec = self.records[str(ev.key)]
-                self.pending[rec.job.id] = rec.job
+                self._queue(rec.job)
                 return True
             case Kind.JOB_END:
                 rec = self.records[str(ev.key)]
@@ -475,6 +480,10 @@ class Simulation:
                 else:
                     self.tick_at = None
                 return True
+
+    def _queue(self, job: Job) -> None:
+        self.pending[job.id] = job
+        self.waiting[job.account] += 1
 
     # -- the cycle -------------------------------------------------------------
     def cycle(self) -> Plan:
@@ -528,6 +537,7 @@ class Simulation:
             return
         now = self.now
         del self.pending[rec.job.id]
+        self.waiting[rec.job.account] -= 1
         rec.run += 1
         rec.state = JobState.RUNNING.value
         rec.run_start = now
@@ -545,6 +555,7 @@ class Simulation:
         for a in assignments:
             self.on_node[a.node].add(job.id)
         self.alloc_milli += job.gpu_milli
+        self.held[job.account] += job.gpu_milli
         self.queue.push(now + length, Kind.JOB_END, job.id, rec.run)
         interval = job.checkpoint_interval_s
         if interval is not None and interval < length:
@@ -571,6 +582,7 @@ class Simulation:
             self.state.release(a)
             self.on_node[a.node].discard(rec.job.id)
         self.alloc_milli -= rec.job.gpu_milli
+        self.held[rec.job.account] -= rec.job.gpu_milli
         elapsed = self.now - rec.run_start
         rec.allocated_gpu_s += rec.gpus * elapsed
         rec.assignments = ()
@@ -615,7 +627,7 @@ class Simulation:
         rec.state = JobState.PENDING.value
         rec.requeues += 1
         rec.job = replace(rec.job, state=JobState.PENDING, start_time=None, last_checkpoint=None)
-        self.pending[rec.job.id] = rec.job
+        self._queue(rec.job)
 
     # -- faults ----------------------------------------------------------------
     def _fail(self, node: int) -> None:
@@ -650,6 +662,8 @@ class Simulation:
                 len(self.running),
                 frag,
                 int((~self.state.healthy).sum()),
+                {a: m for a, m in self.held.items() if m or self.waiting[a]}
+                | {a: 0 for a, n in self.waiting.items() if n and a not in self.held},
             )
         )
         self.next_sample = self.now + self.sample_s
