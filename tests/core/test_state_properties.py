@@ -186,7 +186,9 @@ class PlaceAndRelease(RuleBasedStateMachine):
         # The meter predicts each option's fragmentation without placing; placing
         # the option for real and measuring afresh must give the same number.
         st_ = self.state
-        workload = Workload.from_requests(WORKLOAD, st_.models, memory=memory, capacity=capacity)
+        workload = Workload.from_requests(
+            WORKLOAD, st_.models, memory=memory, capacity_weight=1.0 if capacity else 0.0
+        )
         meter = FragmentationMeter(st_, workload)
         ctx = self.placer.context(st_, r, Mode.NOW)
         predicted = meter.after(ctx.options.node, ctx.options.gpu, r)

@@ -144,3 +144,30 @@ def test_fgd_measures_each_state_with_its_own_meter() -> None:
     assert fgd.meter(first) is fgd.meter(first)
     assert fgd.meter(second).state is second
     assert fgd.meter(second).per_node().tolist() == [250.0]
+
+
+@pytest.mark.parametrize(
+    ("cpu_used", "fit_weight", "capacity_weight", "expected"),
+    [
+        # 8 free GPUs, 20 of 32 cores free; the only type: 1 GPU + 12 cores.
+        # paper: one task fits (1 GPU free, 12 <= 20 cores), no GPU below 1000 -> 0
+        (12_000, 1.0, 0.0, 0.0),
+        # capacity: k = min(8 slots, 20 // 12 = 1) = 1 task -> usable 1000 of 8000 -> 7000
+        (12_000, 0.0, 1.0, 7000.0),
+        # blend: 1 x 0 + 2 x 7000
+        (12_000, 1.0, 2.0, 14000.0),
+        # 32 cores free: k = min(8, 32 // 12 = 2) = 2 -> 8000 - 2000 = 6000
+        (0, 0.0, 1.0, 6000.0),
+    ],
+)
+def test_capacity_measure_counts_gpus_stranded_by_cpu(
+    cpu_used: int, fit_weight: float, capacity_weight: float, expected: float
+) -> None:
+    state = cluster(node("a").gpus(8).cpu(32_000).cpu_used(cpu_used))
+    workload = Workload.from_requests(
+        [job().gpus(1).cpu(12_000).build()],
+        state.models,
+        fit_weight=fit_weight,
+        capacity_weight=capacity_weight,
+    )
+    assert FragmentationMeter(state, workload).per_node().tolist() == [expected]

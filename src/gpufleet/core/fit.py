@@ -17,6 +17,7 @@ from gpufleet.core.state import BoolArray, ClusterState, IntArray
 @njit(cache=True, nogil=True)
 def _fit(
     milli_free: IntArray,
+    free_sum: IntArray,
     gmem_free: IntArray,
     milli_total: IntArray,
     gmem_total: IntArray,
@@ -39,7 +40,12 @@ def _fit(
     opt_gpu = np.empty_like(opt_node)
     k = 0
     for i in range(n):
-        if not healthy[i] or cpu_free[i] < cpu or mem_free[i] < mem:
+        if (
+            not healthy[i]
+            or cpu_free[i] < cpu
+            or mem_free[i] < mem
+            or free_sum[i] < count * milli  # most nodes of a busy cluster stop here
+        ):
             continue
         fits = 0
         for j in range(g):
@@ -102,6 +108,7 @@ def fit(state: ClusterState, r: Request, empty: bool) -> tuple[BoolArray, IntArr
     CPU-only request; ``empty`` fits against total rather than free capacity."""
     return _fit(
         state.gpu_milli_total if empty else state.gpu_milli_free,
+        state.gpu_milli_total_sum if empty else state.gpu_free_sum,
         state.gpu_mem_total if empty else state.gpu_mem_free,
         state.gpu_milli_total,
         state.gpu_mem_total,

@@ -15,8 +15,19 @@ all of a node's free GPU capacity is a fragment for it: a constant share that
 matches the paper's definition (an idle openb cluster is 13.9% fragmented).
 GPUs stranded by exhausted CPU show up through the GPU types' CPU needs.
 
+A second, *capacity* measure asks what a type could use if its tasks kept
+arriving: ``k`` tasks fit where ``k`` is bounded together by the GPU slots
+(free milli-GPU // per-GPU share, summed over GPUs, // GPUs per task), the free
+CPU and the free memory, and whatever those ``k`` tasks would not take is a
+fragment. The paper's measure asks only whether one more task fits, so it
+misses that eight free GPUs with CPU left for one task are mostly stranded.
+A profile may blend both.
+
 The hot loops are compiled with numba: a fill run evaluates millions of
-hypothetical node states, and that is the cost of fragmentation-aware placement.
+hypothetical node states, and that is the cost of fragmentation-aware
+placement. Nodes in the same state (model, free CPU and memory, the multiset
+of free milli-GPU) have the same fragmentation, so each distinct option is
+evaluated once: on openb that cuts the work about sevenfold.
 """
 
 from __future__ import annotations
@@ -26,12 +37,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 from gpufleet.core.model import Request
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
 
-FloatArray = np.ndarray
+FloatArray = npt.NDArray[np.float64]
+WorkloadArrays = tuple[
+    IntArray, IntArray, IntArray, FloatArray, BoolArray, IntArray, IntArray, float, float
+]
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,8 @@ class Workload:
     model_ok: BoolArray
     threshold: IntArray
     level: IntArray
-    capacity: bool = False
+    fit_weight: float = 1.0
+    capacity_weight: float = 0.0
 
     @classmethod
     def from_requests(
@@ -61,7 +77,8 @@ class Workload:
         models: Sequence[str],
         *,
         memory: bool = False,
-        capacity: bool = False,
+        fit_weight: float = 1.0,
+        capacity_weight: float = 0.0,
         popularity: float = 1.0,
     ) -> Workload:
         """Type frequencies of ``requests``; MIG requests are left out.
@@ -69,7 +86,11 @@ class Workload:
         With ``memory`` a type also needs its host memory to fit, so GPUs
         stranded by exhausted memory count as fragments too. The published
         FGD measure looks at CPU and GPU only, and that stays the default.
+        The node's fragmentation is ``fit_weight`` times the paper's measure
+        plus ``capacity_weight`` times the capacity measure (module docstring).
         """
+        if fit_weight < 0 or capacity_weight < 0 or fit_weight + capacity_weight <= 0:
+            raise ValueError("fragmentation weights must be >= 0 and not both zero")
         counts = Counter(
             (r.cpu_milli, r.gpu_count, r.milli_per_gpu, r.gpu_models, r.memory_mib if memory else 0)
             for r in requests
@@ -105,8 +126,21 @@ class Workload:
             model_ok=ok.reshape(len(keys), max(1, len(models))),
             threshold=threshold,
             level=np.searchsorted(threshold, [k[2] for k in keys]).astype(np.int64),
-            capacity=capacity,
+            fit_weight=fit_weight,
+            capacity_weight=capacity_weight,
         )
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, nogil=True)
+def _mix(h: np.uint64, v: int) -> np.uint64:
+    """Fold ``v`` into hash ``h`` (splitmix64 finaliser)."""
+    x = (h ^ np.uint64(v & 0xFFFFFFFFFFFF)) * _MIX
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    return x ^ (x >> np.uint64(29))
 
 
 @njit(cache=True, nogil=True)
@@ -115,18 +149,13 @@ def _frag(
     cpu: int,
     mem: int,
     model: int,
-    w_cpu: IntArray,
-    w_mem: IntArray,
-    w_gpus: IntArray,
-    w_freq: FloatArray,
-    w_ok: BoolArray,
-    w_threshold: IntArray,
-    w_level: IntArray,
-    w_capacity: bool,
+    w: WorkloadArrays,
     count: IntArray,
     below: IntArray,
+    slots: IntArray,
 ) -> float:
-    """Expected fragment milli-GPU of one node state (``count``/``below`` are scratch)."""
+    """Expected fragment milli-GPU of one node state (count, below, slots: scratch space)."""
+    w_cpu, w_mem, w_gpus, w_freq, w_ok, w_threshold, w_level, fit_w, cap_w = w
     total = 0
     for g in range(free.shape[0]):
         total += free[g]
@@ -135,42 +164,45 @@ def _frag(
     for j in range(w_threshold.shape[0]):
         c = 0
         b = 0
+        n = 0
         th = w_threshold[j]
-        for g in range(free.shape[0]):
-            if th == 0:
-                continue
-            if w_capacity:
-                c += free[g] // th
-            elif free[g] >= th:
-                c += 1
-            else:
-                b += free[g]
+        if th > 0:
+            for g in range(free.shape[0]):
+                if free[g] >= th:
+                    c += 1
+                    n += free[g] // th
+                else:
+                    b += free[g]
         count[j] = c
         below[j] = b
+        slots[j] = n
     frag = 0.0
     for t in range(w_cpu.shape[0]):
         j = w_level[t]
-        if w_capacity:
-            if w_gpus[t] == 0 or not (model < 0 or w_ok[t, model]):
-                frag += w_freq[t] * total
-                continue
-            k = count[j] // w_gpus[t]
+        usable = w_gpus[t] > 0 and (model < 0 or w_ok[t, model])
+        if fit_w > 0.0:
+            if usable and cpu >= w_cpu[t] and mem >= w_mem[t] and count[j] >= w_gpus[t]:
+                frag += fit_w * w_freq[t] * below[j]
+            else:
+                frag += fit_w * w_freq[t] * total
+        if cap_w > 0.0:
+            k = slots[j] // w_gpus[t] if usable else 0
             if w_cpu[t] > 0:
-                k = min(k, cpu // w_cpu[t])
+                k = min(k, max(cpu, 0) // w_cpu[t])
             if w_mem[t] > 0:
-                k = min(k, mem // w_mem[t])
-            frag += w_freq[t] * (total - k * w_gpus[t] * w_threshold[j])
-        elif (
-            w_gpus[t] > 0
-            and cpu >= w_cpu[t]
-            and mem >= w_mem[t]
-            and (model < 0 or w_ok[t, model])
-            and count[j] >= w_gpus[t]
-        ):
-            frag += w_freq[t] * below[j]
-        else:
-            frag += w_freq[t] * total
+                k = min(k, max(mem, 0) // w_mem[t])
+            frag += cap_w * w_freq[t] * (total - k * w_gpus[t] * w_threshold[j])
     return frag
+
+
+@njit(cache=True, nogil=True)
+def _state_hash(free: IntArray, cpu: int, mem: int, model: int) -> np.uint64:
+    """A 64-bit digest of what fragmentation depends on: the GPUs' free milli as a multiset."""
+    row = np.sort(free)
+    h = _mix(_mix(_mix(np.uint64(0), model), cpu), mem)
+    for g in range(row.shape[0]):
+        h = _mix(h, row[g])
+    return h
 
 
 @njit(cache=True, nogil=True)
@@ -181,34 +213,16 @@ def _node_frag(
     model: IntArray,
     nodes: IntArray,
     out: FloatArray,
-    w_cpu: IntArray,
-    w_mem: IntArray,
-    w_gpus: IntArray,
-    w_freq: FloatArray,
-    w_ok: BoolArray,
-    w_threshold: IntArray,
-    w_level: IntArray,
-    w_capacity: bool,
+    digest: npt.NDArray[np.uint64],
+    w: WorkloadArrays,
 ) -> None:
-    count = np.empty(w_threshold.shape[0], dtype=np.int64)
-    below = np.empty(w_threshold.shape[0], dtype=np.int64)
+    j = w[5].shape[0]
+    count = np.empty(j, dtype=np.int64)
+    below = np.empty(j, dtype=np.int64)
+    slots = np.empty(j, dtype=np.int64)
     for i in nodes:
-        out[i] = _frag(
-            free[i],
-            cpu[i],
-            mem[i],
-            model[i],
-            w_cpu,
-            w_mem,
-            w_gpus,
-            w_freq,
-            w_ok,
-            w_threshold,
-            w_level,
-            w_capacity,
-            count,
-            below,
-        )
+        out[i] = _frag(free[i], cpu[i], mem[i], model[i], w, count, below, slots)
+        digest[i] = _state_hash(free[i], cpu[i], mem[i], model[i])
 
 
 @njit(cache=True, nogil=True)
@@ -217,32 +231,39 @@ def _frag_after(
     cpu: IntArray,
     mem: IntArray,
     model: IntArray,
+    digest: npt.NDArray[np.uint64],
     opt_node: IntArray,
     opt_gpu: IntArray,
     req_cpu: int,
     req_mem: int,
     req_gpus: int,
     req_milli: int,
-    w_cpu: IntArray,
-    w_mem: IntArray,
-    w_gpus: IntArray,
-    w_freq: FloatArray,
-    w_ok: BoolArray,
-    w_threshold: IntArray,
-    w_level: IntArray,
-    w_capacity: bool,
+    w: WorkloadArrays,
 ) -> FloatArray:
     """Fragmentation of each option's node after the request is placed there.
 
     A fractional option takes ``req_milli`` from GPU ``opt_gpu``; a whole-GPU
     option takes ``req_gpus`` GPUs that are entirely free (which ones does not
-    change the node's fragmentation).
+    change the node's fragmentation). Options whose node state and chosen
+    GPU's free milli agree are one evaluation.
     """
-    out = np.empty(opt_node.shape[0], dtype=np.float64)
-    count = np.empty(w_threshold.shape[0], dtype=np.int64)
-    below = np.empty(w_threshold.shape[0], dtype=np.int64)
+    k_opts = opt_node.shape[0]
+    out = np.empty(k_opts, dtype=np.float64)
+    key = np.empty(k_opts, dtype=np.uint64)
+    for k in range(k_opts):
+        i = opt_node[k]
+        key[k] = _mix(digest[i], free[i, opt_gpu[k]] if opt_gpu[k] >= 0 else -1)
+    order = np.argsort(key)
+    j = w[5].shape[0]
+    count = np.empty(j, dtype=np.int64)
+    below = np.empty(j, dtype=np.int64)
+    slots = np.empty(j, dtype=np.int64)
     row = np.empty(free.shape[1], dtype=np.int64)
-    for k in range(opt_node.shape[0]):
+    for r in range(k_opts):
+        k = order[r]
+        if r > 0 and key[k] == key[order[r - 1]]:
+            out[k] = out[order[r - 1]]
+            continue
         i = opt_node[k]
         for g in range(free.shape[1]):
             row[g] = free[i, g]
@@ -254,22 +275,7 @@ def _frag_after(
                 if left > 0 and row[g] >= req_milli:
                     row[g] -= req_milli
                     left -= 1
-        out[k] = _frag(
-            row,
-            cpu[i] - req_cpu,
-            mem[i] - req_mem,
-            model[i],
-            w_cpu,
-            w_mem,
-            w_gpus,
-            w_freq,
-            w_ok,
-            w_threshold,
-            w_level,
-            w_capacity,
-            count,
-            below,
-        )
+        out[k] = _frag(row, cpu[i] - req_cpu, mem[i] - req_mem, model[i], w, count, below, slots)
     return out
 
 
@@ -285,19 +291,19 @@ class FragmentationMeter:
         self.workload = workload
         # A node's GPUs share one model in every inventory we load; the first
         # GPU's model stands for the node (-1 for a CPU-only node).
-        self.model = (
-            state.gpu_model[:, 0].copy()
-            if state.gpu_model.shape[1]
-            else np.full(state.num_nodes, -1, dtype=np.int64)
+        self.model = state.gpu_model[:, 0].copy() if state.gpu_model.shape[1] else np.full(
+            state.num_nodes, -1, dtype=np.int64
         )
+        # Memory enters the measure only when the workload's types carry it;
+        # otherwise it must not split otherwise equal node states.
+        self._mem = state.mem_free if workload.memory.any() else np.zeros_like(state.mem_free)
         self._frag = np.zeros(state.num_nodes, dtype=np.float64)
+        self._digest = np.zeros(state.num_nodes, dtype=np.uint64)
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
-
-    def _w(
-        self,
-    ) -> tuple[IntArray, IntArray, IntArray, FloatArray, BoolArray, IntArray, IntArray, bool]:
-        w = self.workload
-        return w.cpu, w.memory, w.gpus, w.freq, w.model_ok, w.threshold, w.level, w.capacity
+        self._w: WorkloadArrays = (
+            workload.cpu, workload.memory, workload.gpus, workload.freq, workload.model_ok,
+            workload.threshold, workload.level, workload.fit_weight, workload.capacity_weight,
+        )
 
     def per_node(self) -> FloatArray:
         """Expected fragment milli-GPU on every node (a read-only view)."""
@@ -305,13 +311,8 @@ class FragmentationMeter:
         stale = np.flatnonzero(st.version != self._seen)
         if len(stale):
             _node_frag(
-                st.gpu_milli_free,
-                st.cpu_free,
-                st.mem_free,
-                self.model,
-                stale,
-                self._frag,
-                *self._w(),
+                st.gpu_milli_free, st.cpu_free, self._mem, self.model, stale, self._frag,
+                self._digest, self._w,
             )
             self._seen[stale] = st.version[stale]
         return self._frag
@@ -322,16 +323,9 @@ class FragmentationMeter:
     def after(self, nodes: IntArray, gpus: IntArray, request: Request) -> FloatArray:
         """Fragmentation of each (node, GPU) option's node once ``request`` is placed."""
         st = self.state
+        self.per_node()  # refreshes the state digests the kernel deduplicates by
+        req_mem = request.memory_mib if self.workload.memory.any() else 0
         return _frag_after(
-            st.gpu_milli_free,
-            st.cpu_free,
-            st.mem_free,
-            self.model,
-            nodes,
-            gpus,
-            request.cpu_milli,
-            request.memory_mib,
-            request.gpu_count,
-            request.milli_per_gpu,
-            *self._w(),
+            st.gpu_milli_free, st.cpu_free, self._mem, self.model, self._digest, nodes, gpus,
+            request.cpu_milli, req_mem, request.gpu_count, request.milli_per_gpu, self._w,
         )

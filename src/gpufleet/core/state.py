@@ -96,6 +96,7 @@ class ClusterState:
         # Kept in step with gpu_milli_free: scorers read a node's free sum for
         # every option of every request.
         self.gpu_free_sum = self.gpu_milli_free.sum(axis=1)
+        self.gpu_milli_total_sum = self.gpu_milli_total.sum(axis=1)
         self.gpu_mem_free = np.where(self.gpu_milli_total > 0, self.gpu_mem_total, 0)
 
         self.mig_profiles: list[str] = sorted({row[2] for row in mig_rows})

@@ -21,13 +21,18 @@ from gpufleet.policies.placement.topology import Topology, TopologyPicker
 Builder = Callable[[Sequence[Request], int], PlacementProfile]
 
 
+DEFAULT_FRAGMENTATION = FragmentationArgs(
+    memory=True, fit_weight=1.0, capacity_weight=1.0, resolution="exact"
+)
+
+
 def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
+    """FGD generalised (host memory counts, the capacity measure joins the paper's) picks
+    the node; on it, a multi-GPU task gets GPUs that share an NVLink domain or NUMA node."""
     return PlacementProfile(
         "default",
-        scorers=[
-            (FragmentationGradient(workload, FragmentationArgs(memory=True)), 1.0),
-            (BestFit(), 0.001),
-        ],
+        scorers=[(FragmentationGradient(workload, DEFAULT_FRAGMENTATION), 1.0)],
+        picker=TopologyPicker(),
     )
 
 

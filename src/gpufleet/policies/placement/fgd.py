@@ -31,15 +31,17 @@ class FragmentationArgs(BaseModel):
     """How fragmentation is measured and scored.
 
     ``memory``: a task type also needs its host memory to fit (the paper
-    checks CPU and GPU only). ``capacity``: a type's usable share of a node is
-    what repeated tasks of that type could take, bounded by GPU slots, CPU and
-    memory together, rather than whether one more task fits. ``popularity``:
+    checks CPU and GPU only). ``fit_weight`` and ``capacity_weight`` blend the
+    paper's measure (does one more task of a type fit?) with the capacity
+    measure (how much could repeated tasks of a type take, bounded by GPU
+    slots, CPU and memory together?); see ``core.fragmentation``. ``popularity``:
     keep only the most common task types covering this share of all tasks.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     memory: bool = False
-    capacity: bool = False
+    fit_weight: float = Field(1.0, ge=0)
+    capacity_weight: float = Field(0.0, ge=0)
     popularity: float = Field(1.0, gt=0, le=1)
     resolution: Literal["paper", "exact"] = "paper"
 
@@ -61,7 +63,8 @@ class FragmentationGradient:
                 self.workload,
                 state.models,
                 memory=self.args.memory,
-                capacity=self.args.capacity,
+                fit_weight=self.args.fit_weight,
+                capacity_weight=self.args.capacity_weight,
                 popularity=self.args.popularity,
             )
             self._meter = FragmentationMeter(state, workload)
