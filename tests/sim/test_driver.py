@@ -250,3 +250,15 @@ def test_backfill_beats_a_strict_queue(workload: tuple[list[Node], list[TraceJob
     easy = summarize(run(cluster, jobs, EASY))
     assert easy["jct_mean_s"] < strict["jct_mean_s"]
     assert easy["gpu_alloc_mean_pct"] > strict["gpu_alloc_mean_pct"]
+
+
+def test_fairshare_improves_jains_index_over_fifo(
+    workload: tuple[list[Node], list[TraceJob]],
+) -> None:
+    cluster, jobs = workload
+    # Fairshare alone: no QoS, age or partition weight to blur it.
+    weights = {"weight_qos": 0, "weight_age": 0, "weight_partition": 0}
+    fair = {**EASY, "ordering": {"plugin": "multifactor", "multifactor": weights}}
+    fifo = summarize(run(cluster, jobs, EASY))
+    fairshare = summarize(run(cluster, jobs, fair))
+    assert fairshare["jain_fairness"] > fifo["jain_fairness"]
