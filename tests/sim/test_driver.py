@@ -11,7 +11,7 @@ import pytest
 
 from builders import node
 from gpufleet.core.model import Node, Request
-from gpufleet.sim.driver import JobRecord, SimResult
+from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, to_job
 from gpufleet.sim.events import EventQueue, Kind
 from gpufleet.sim.metrics import job_rows, summarize
 from gpufleet.sim.profile import profile_from_dict, replay
@@ -262,3 +262,30 @@ def test_fairshare_improves_jains_index_over_fifo(
     fifo = summarize(run(cluster, jobs, EASY))
     fairshare = summarize(run(cluster, jobs, fair))
     assert fairshare["jain_fairness"] > fifo["jain_fairness"]
+
+
+@pytest.mark.parametrize(
+    ("trace", "expected"),
+    [
+        # no limit: 100 s rounds up to an hour; everything else defaults
+        (tj("a", 0, 100), ("normal", "default", "default", "default", 3600)),
+        # 3,601 s rounds up to two hours; the account defaults to the user
+        (tj("a", 0, 3601, user="u"), ("normal", "u", "u", "default", 7200)),
+        # a preemptible job gets the preemptible QoS whatever its class; limits are kept
+        (
+            tj("a", 0, 10, preemptible=True, account="x", partition="p", time_limit_s=50),
+            ("preemptible", "x", "x", "p", 50),
+        ),
+    ],
+)
+def test_trace_jobs_become_core_jobs(
+    trace: TraceJob, expected: tuple[str, str, str, str, int]
+) -> None:
+    job = to_job(trace, SimConfig())
+    assert (job.qos, job.user, job.account, job.partition, job.time_limit_s) == expected
+
+
+def test_oracle_limits_are_the_duration() -> None:
+    assert (
+        to_job(tj("a", 0, 100, time_limit_s=900), SimConfig(oracle_limits=True)).time_limit_s == 100
+    )
