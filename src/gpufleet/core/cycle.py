@@ -31,13 +31,15 @@ journal that is rolled back before the plan is returned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Literal, Protocol
+from operator import attrgetter
+from typing import Any, ClassVar, Literal, Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.core.columns import Rows
 from gpufleet.core.job import (
     Job,
     Partition,
@@ -49,10 +51,11 @@ from gpufleet.core.job import (
 )
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode, PlacementContext, PlacementProfile, Placer
-from gpufleet.core.state import Assignment, BoolArray, ClusterState
-from gpufleet.core.timeline import NEVER, Blocks, Hold, Timeline
+from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
+from gpufleet.core.timeline import NEVER, Blocks, Hold, RunningEvents, Timeline
 
 FloatArray = npt.NDArray[np.float64]
+ObjectArray = npt.NDArray[np.object_]
 
 # Slurm's pending reasons used by the cycle itself; plugins return others.
 PRIORITY = "Priority"
@@ -99,10 +102,14 @@ class Ordering(Protocol):
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray: ...
 
 
+TallyKind = Literal["user_jobs", "user_milli", "account_milli", "qos_milli"]
+
+
 class Tally:
     """What is running per QoS, user and account, including this cycle's starts.
 
-    GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``).
+    GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``). Keys are
+    (QoS, user) for the user counts, (QoS, account) and QoS for the others.
     """
 
     def __init__(self) -> None:
@@ -110,6 +117,27 @@ class Tally:
         self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.qos_milli: defaultdict[str, int] = defaultdict(int)
+        self._memo: dict[TallyKind, tuple[Sequence[Hashable], int, IntArray]] = {}
+
+    @classmethod
+    def of_running(cls, table: RunningEvents, rows: IntArray) -> Tally:
+        """The tally of the running jobs at ``rows`` of ``table``, summed per key in one pass."""
+        tally = cls()
+        milli = table.values("gpu_milli", _running_milli)[rows]
+        sums: list[
+            tuple[dict[Any, int], str, Callable[[RunningJob], Hashable], IntArray | None]
+        ] = [
+            (tally.user_jobs, "qos,user", _qos_user, None),
+            (tally.user_milli, "qos,user", _qos_user, milli),
+            (tally.account_milli, "qos,account", _qos_account, milli),
+            (tally.qos_milli, "qos", _qos, milli),
+        ]
+        for counter, column, key, weights in sums:
+            codes, keys = table.codes(column, key)
+            if len(keys):
+                total = np.bincount(codes[rows], weights, minlength=len(keys))
+                counter.update((k, int(v)) for k, v in zip(keys, total, strict=True) if v)
+        return tally
 
     def add(self, job: Job, sign: int = 1) -> None:
         milli = sign * job.gpu_milli
@@ -117,6 +145,63 @@ class Tally:
         self.user_milli[job.qos, job.user] += milli
         self.account_milli[job.qos, job.account] += milli
         self.qos_milli[job.qos] += milli
+        self._memo.clear()
+
+    def counts(self, kind: TallyKind, keys: Sequence[Hashable]) -> IntArray:
+        """The tally of each key of ``kind`` (0 if none), as an array.
+
+        Memoised until ``add`` while ``keys`` is the same list, grown by nothing
+        (``Rows.codes`` keys only grow at their end).
+        """
+        memo = self._memo.get(kind)
+        if memo is None or memo[0] is not keys or memo[1] != len(keys):
+            counter: Mapping[Any, int] = getattr(self, kind)
+            memo = keys, len(keys), np.array([counter.get(k, 0) for k in keys], dtype=np.int64)
+            self._memo[kind] = memo
+        return memo[2]
+
+
+def _has_deps(job: Job) -> bool:
+    return bool(job.dependencies)
+
+
+def _running_milli(r: RunningJob) -> int:
+    return r.job.gpu_milli
+
+
+def _qos_user(r: RunningJob) -> tuple[str, str]:
+    return r.job.qos, r.job.user
+
+
+def _qos_account(r: RunningJob) -> tuple[str, str]:
+    return r.job.qos, r.job.account
+
+
+def _qos(r: RunningJob) -> str:
+    return r.job.qos
+
+
+class QueueView:
+    """Columns of some queued jobs (aligned with ``rows``), for plugins that judge many at once."""
+
+    def __init__(self, table: Rows[Job], rows: IntArray) -> None:
+        self.table = table
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def column(self, attr: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
+        """Each job's attribute ``attr``."""
+        return self.table.values(attr, attrgetter(attr), dtype)[self.rows]
+
+    def codes(self, *attrs: str) -> tuple[IntArray, list[Any]]:
+        """A code per job for its value of ``attrs`` (a tuple when several), and the keys by code.
+
+        The keys are every value seen so far, so they may outnumber these jobs'.
+        """
+        codes, keys = self.table.codes(",".join(attrs), attrgetter(*attrs))
+        return codes[self.rows], keys
 
 
 class Admission(Protocol):
@@ -127,6 +212,20 @@ class Admission(Protocol):
     """
 
     def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str: ...
+
+
+@runtime_checkable
+class BulkAdmission(Protocol):
+    """An ``Admission`` that can also judge many jobs at once.
+
+    ``admit_all`` returns, aligned with ``queue``, the reason ``admit`` would
+    give each job under this tally ("" to admit), as an object array. Pure.
+    The cycle uses it to settle runs of jobs that change nothing.
+    """
+
+    def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str: ...
+
+    def admit_all(self, snapshot: Snapshot, queue: QueueView, tally: Tally) -> ObjectArray: ...
 
 
 @dataclass(frozen=True)
@@ -211,8 +310,19 @@ class Preemptor(Protocol):
 
 
 @dataclass
+class CycleCache:
+    """What queued and running jobs fix, kept across cycles by identity (``core.columns``).
+
+    It saves work only: a cycle's plan is the same with a fresh cache.
+    """
+
+    pending: Rows[Job] = field(default_factory=Rows)
+    running: RunningEvents = field(default_factory=RunningEvents)
+
+
+@dataclass
 class SchedulingProfile:
-    """The plugins one cycle runs with."""
+    """The plugins one cycle runs with, and the cache its cycles share."""
 
     ordering: Ordering
     placement: PlacementProfile
@@ -220,6 +330,7 @@ class SchedulingProfile:
     gate: Gate | None = None
     backfill: Backfill | None = None
     preemption: Preemptor | None = None
+    cache: CycleCache = field(default_factory=CycleCache, repr=False, compare=False)
 
 
 @dataclass
@@ -287,20 +398,44 @@ def partition_nodes(state: ClusterState, p: Partition) -> BoolArray:
     return mask
 
 
-def queue_order(priorities: FloatArray, pending: Sequence[Job]) -> list[int]:
-    """Indices of ``pending`` by priority (higher first), then submit time, then id."""
-    submit = np.fromiter((j.submit_time for j in pending), dtype=np.int64, count=len(pending))
+def queue_order(
+    priorities: FloatArray, pending: Sequence[Job], submit: IntArray | None = None
+) -> list[int]:
+    """Indices of ``pending`` by priority (higher first), then submit time, then id.
+
+    ``submit``, when given, is the jobs' submit times, already gathered.
+    """
+    if submit is None:
+        submit = np.fromiter((j.submit_time for j in pending), dtype=np.int64, count=len(pending))
     order = np.lexsort((submit, -priorities))
-    keys = np.stack([priorities[order], submit[order].astype(np.float64)])
+    p, t = priorities[order], submit[order]
     # Equal priority and submit time are rare: sort just those runs by id.
-    same = np.flatnonzero((keys[:, 1:] == keys[:, :-1]).all(axis=0))
-    result: list[int] = [int(i) for i in order]
+    same = np.flatnonzero((p[1:] == p[:-1]) & (t[1:] == t[:-1]))
+    result: list[int] = order.tolist()
     if len(same):
         runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1)
         for run in runs:
             lo, hi = int(run[0]), int(run[-1]) + 2
             result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
     return result
+
+
+CALM = 8
+"""Jobs in a row that changed nothing before the walk judges the rest in windows."""
+WINDOW = 64
+"""The first window's length; it doubles while windows settle every job."""
+
+
+def _known(queue: QueueView, attr: str, defined: Mapping[str, object]) -> BoolArray:
+    """Whether each job's ``attr`` names something ``defined``."""
+    codes, keys = queue.codes(attr)
+    return np.array([k in defined for k in keys], dtype=np.bool_)[codes] if keys else codes > 0
+
+
+def _member(queue: QueueView, attr: str, names: set[str]) -> BoolArray:
+    """Whether each job's ``attr`` is one of ``names``."""
+    codes, keys = queue.codes(attr)
+    return np.array([k in names for k in keys], dtype=np.bool_)[codes] if keys else codes > 0
 
 
 def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = None) -> Plan:
@@ -329,12 +464,10 @@ class _Cycle:
         self.state = snapshot.state
         self.journal = Journal(self.state)
         self.plan = Plan()
-        self.tally = Tally()
-        self.running = {r.job.id: r for r in snapshot.running}
+        cache = profile.cache
+        self.tally = Tally.of_running(cache.running, cache.running.rows(snapshot.running))
         resolution = profile.backfill.resolution if profile.backfill else 1
-        self.timeline = Timeline(self.state, now, resolution, snapshot.running)
-        for r in snapshot.running:
-            self.tally.add(r.job)
+        self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
         self.holds = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
@@ -343,22 +476,24 @@ class _Cycle:
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
         self.hold_count = 0
+        self.events = 0  # steps that changed what later jobs would see; see _walk
 
     # -- the walk ------------------------------------------------------------
     def run(self) -> Plan:
-        s, plan = self.s, self.plan
-        in_queue = {j.id for j in s.pending} | self.running.keys()
-        candidates: list[Job] = []
-        for job in s.pending:
-            reason = self._static_reason(job, in_queue)
-            if reason:
-                plan.reasons[job.id] = reason
-            else:
-                candidates.append(job)
+        s, plan, table = self.s, self.plan, self.p.cache.pending
+        rows = table.rows(s.pending)
+        static = self._static_reasons(QueueView(table, rows))
+        for i in np.flatnonzero(static != "").tolist():
+            plan.reasons[s.pending[i].id] = static[i]
+        keep = np.flatnonzero(static == "")
+        if len(keep) == len(s.pending):
+            candidates = s.pending
+        else:
+            candidates = [s.pending[i] for i in keep.tolist()]
         if candidates:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
-            for i in queue_order(prio, candidates):
-                self._consider(candidates[i])
+            submit = table.values("submit_time", attrgetter("submit_time"))[rows[keep]]
+            self._walk(rows[keep][queue_order(prio, candidates, submit)])
         plan.stats.update(
             tested=float(self.tested),
             started=float(len(plan.starts)),
@@ -367,16 +502,88 @@ class _Cycle:
         )
         return plan
 
-    def _static_reason(self, job: Job, in_queue: set[str]) -> str:
-        if job.held:
-            return HELD
-        if job.qos not in self.s.qos:
-            return INVALID_QOS
-        if job.partition not in self.s.partitions:
-            return INVALID_PARTITION
-        if job.dependencies and any(d in in_queue for d in job.dependencies):
-            return DEPENDENCY
-        return ""
+    def _static_reasons(self, queue: QueueView) -> ObjectArray:
+        """Held, unknown QoS or partition, or waiting on a job still queued or running."""
+        s = self.s
+        reasons = np.full(len(queue), "", dtype=object)
+        jobs = self.p.cache.pending.objects
+        deps = np.flatnonzero(
+            queue.table.values("has_dependencies", _has_deps, np.bool_)[queue.rows]
+        )
+        if len(deps):
+            in_queue = {j.id for j in s.pending} | {r.job.id for r in s.running}
+            for i in deps:
+                if any(d in in_queue for d in jobs[queue.rows[i]].dependencies):
+                    reasons[i] = DEPENDENCY
+        reasons[~_known(queue, "partition", s.partitions)] = INVALID_PARTITION
+        reasons[~_known(queue, "qos", s.qos)] = INVALID_QOS
+        reasons[queue.column("held", np.bool_)] = HELD
+        return reasons
+
+    def _walk(self, queue: IntArray) -> None:
+        """Consider the jobs at rows ``queue`` in order.
+
+        Most jobs of a large queue change nothing: a limit keeps them, or a
+        job of their shape already failed and the one hold is made. Once
+        ``CALM`` jobs in a row changed nothing, the rest are judged in
+        windows at once (``_settle``) up to the first job that might change
+        something, which is considered alone again; windows double while
+        they settle every job.
+        """
+        table = self.p.cache.pending
+        jobs, ids = table.objects, table.values("id", attrgetter("id"), object)
+        pos, calm, window = 0, 0, WINDOW
+        while pos < len(queue):
+            if calm < CALM:
+                before = self.events
+                self._consider(jobs[queue[pos]])
+                calm = calm + 1 if self.events == before else 0
+                pos, window = pos + 1, WINDOW
+                continue
+            rows = queue[pos : pos + window]
+            settled, reasons = self._settle(QueueView(table, rows))
+            stop = len(rows) if settled.all() else int(np.argmin(settled))
+            self.plan.reasons.update(
+                zip(ids[rows[:stop]].tolist(), reasons[:stop].tolist(), strict=True)
+            )
+            pos, window = pos + stop, window * 2
+            if stop < len(rows):
+                calm = 0
+
+    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray]:
+        """Which of these jobs ``_consider`` would only give a reason now, and the reasons.
+
+        Exact for the cycle's current facts; a job it cannot settle (one that
+        would be tested, get a hold, or change any fact) reads False.
+        """
+        reasons = np.full(len(queue), "", dtype=object)
+        if not all(isinstance(a, BulkAdmission) for a in self.p.admission):
+            return np.zeros(len(queue), dtype=np.bool_), reasons
+        for a in reversed(self.p.admission):  # the first plugin's reason wins
+            said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
+            reasons = np.where(said != "", said, reasons)
+        open_ = reasons == ""
+        if self.p.gate is not None:
+            return ~open_, reasons
+        blocked = _member(queue, "partition", self.strict_blocked)
+        waiting = _member(queue, "partition", self.waiting)
+        codes, keys = queue.codes("request", "partition", "reservation")
+        known = [self.shapes.get(k) for k in keys]
+        shapes = [sh if sh is not None else _Shape() for sh in known]
+        never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
+        failed = np.array([sh.failed_at for sh in shapes], dtype=np.int64)[codes]
+        unheld = np.array([sh.unheld_at for sh in shapes], dtype=np.int64)[codes]
+        limit = queue.column("time_limit_s")
+        bf = self.p.backfill
+        capped = bf is not None and bool(self.waiting) and not bf.may_test(self.tested)
+        tries = (limit < failed) & (not capped)
+        holds = (limit < unheld) & (bf is not None and bf.wants_hold(self.hold_count))
+        nna = open_ & ~blocked & (never == 1)
+        behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~holds
+        reasons[open_ & blocked] = PRIORITY
+        reasons[nna] = NODE_NOT_AVAIL
+        reasons[behind] = PRIORITY
+        return ~open_ | blocked | nna | behind, reasons
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
@@ -400,6 +607,7 @@ class _Cycle:
         if shape is None:
             shape = self.shapes[key] = _Shape()
         if shape.never is None:
+            self.events += 1
             shape.never = not self._fits_idle(job.request, access.nodes)
         if shape.never:
             plan.reasons[job.id] = NODE_NOT_AVAIL
@@ -409,6 +617,7 @@ class _Cycle:
             backfill and self.waiting and not backfill.may_test(self.tested)
         ):
             self.tested += 1
+            self.events += 1
             if self._start(job, access):
                 return
             if self._preempt(job, access):
@@ -428,6 +637,7 @@ class _Cycle:
             if access is None:
                 access = self.plain_access[job.partition] = Access(nodes, self.holds)
         else:
+            self.events += 1  # a gate's answer is per job
             access = self.p.gate.access(self.s, job, nodes, self.now)
             access = replace(access, blocks=access.blocks.merged(self.holds))
         return access
@@ -505,6 +715,7 @@ class _Cycle:
         if job.partition in self.waiting:
             plan.reasons[job.id] = PRIORITY
         else:
+            self.events += 1
             self.waiting.add(job.partition)
             plan.reasons[job.id] = RESOURCES
         if backfill is None:
@@ -512,6 +723,7 @@ class _Cycle:
             return
         if job.time_limit_s >= shape.unheld_at or not backfill.wants_hold(self.hold_count):
             return
+        self.events += 1
         hold = self.timeline.earliest(
             job.request,
             access.nodes,

@@ -18,11 +18,12 @@ at ``blocked_until`` or later, so it can never delay what holds the node.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from gpufleet.core.columns import Rows
 from gpufleet.core.job import RunningJob
 from gpufleet.core.model import Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
@@ -80,12 +81,18 @@ class Timeline:
         now: int,
         resolution: int = 60,
         running: Sequence[RunningJob] = (),
+        flattened: RunningEvents | None = None,
     ) -> None:
-        """``running`` hold their assignments until their expected ends (read lazily)."""
+        """``running`` hold their assignments until their expected ends (read lazily).
+
+        ``flattened``, kept by the caller across timelines, saves flattening
+        the same running jobs' assignments again.
+        """
         self.state = state
         self.now = now
         self.resolution = max(1, resolution)
         self._running = running
+        self._flattened = flattened if flattened is not None else RunningEvents()
         self._removed: set[str] = set()
         self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
         self._built: _Events | None = None
@@ -101,16 +108,19 @@ class Timeline:
         self._added.pop(key, None)
         self._built = None
 
-    def _holders(self) -> Iterator[tuple[int, tuple[Assignment, ...]]]:
-        gone = self._removed | self._added.keys()
-        for r in self._running:
-            if not gone or r.job.id not in gone:
-                yield r.expected_end, r.assignments
-        yield from self._added.values()
-
     def _events(self) -> _Events:
         if self._built is None:
-            self._built = _Events.build(self.state, self._holders(), self.now, self.resolution)
+            flat = self._flattened
+            rows = flat.rows(self._running)
+            gone = self._removed | self._added.keys()
+            if gone:
+                ids = flat.values("id", _job_id, object)[rows]
+                rows = rows[[i not in gone for i in ids]]
+            live = np.zeros(len(flat.objects), dtype=np.bool_)
+            live[rows] = True
+            running = flat.flat().where(live)
+            added = _Flat.of(list(self._added.values()))
+            self._built = _Events.build(self.state, running.then(added), self.now, self.resolution)
         return self._built
 
     def node_times(self, r: Request) -> IntArray:
@@ -226,6 +236,100 @@ class _Releases:
         return out
 
 
+def _job_id(r: RunningJob) -> str:
+    return r.job.id
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """Assignments of holders as flat arrays: per task, per GPU share and per MIG instance.
+
+    ``*_owner`` is the holder each entry comes from (its row, or its position).
+    """
+
+    owner: IntArray
+    node: IntArray
+    end: IntArray
+    cpu: IntArray
+    mem: IntArray
+    g_owner: IntArray
+    g_node: IntArray
+    g_gpu: IntArray
+    g_end: IntArray
+    g_milli: IntArray
+    g_mem: IntArray
+    m_owner: IntArray
+    m_index: IntArray
+    m_end: IntArray
+
+    @classmethod
+    def of(cls, holders: Sequence[tuple[int, tuple[Assignment, ...]]]) -> _Flat:
+        """Flatten ``holders`` (end, assignments); owners are their positions."""
+        cols: list[list[int]] = [[] for _ in range(14)]
+        (owner, node, end, cpu, mem, g_owner, g_node, g_gpu, g_end, g_milli, g_mem) = cols[:11]
+        m_owner, m_index, m_end = cols[11:]
+        for k, (t, assignments) in enumerate(holders):
+            for a in assignments:
+                owner.append(k)
+                node.append(a.node)
+                end.append(t)
+                cpu.append(a.cpu_milli)
+                mem.append(a.memory_mib)
+                for g in a.gpus:
+                    g_owner.append(k)
+                    g_node.append(a.node)
+                    g_gpu.append(g)
+                    g_end.append(t)
+                    g_milli.append(a.gpu_milli)
+                    g_mem.append(a.gpu_memory_mib)
+                for m in a.mig:
+                    m_owner.append(k)
+                    m_index.append(m)
+                    m_end.append(t)
+        return cls(*(np.array(c, dtype=np.int64) for c in cols))
+
+    def offset(self, by: int) -> _Flat:
+        """The same entries with owners shifted by ``by``."""
+        return replace(
+            self, owner=self.owner + by, g_owner=self.g_owner + by, m_owner=self.m_owner + by
+        )
+
+    def then(self, other: _Flat) -> _Flat:
+        """These entries followed by ``other``'s (owners kept as they are)."""
+        return _Flat(
+            *(np.concatenate([a, b]) for a, b in zip(self._arrays(), other._arrays(), strict=True))
+        )
+
+    def where(self, live: BoolArray) -> _Flat:
+        """Only the entries whose owner is ``live``."""
+        keep, g_keep, m_keep = live[self.owner], live[self.g_owner], live[self.m_owner]
+        return _Flat(
+            *(a[keep] for a in self._arrays()[:5]),
+            *(a[g_keep] for a in self._arrays()[5:11]),
+            *(a[m_keep] for a in self._arrays()[11:]),
+        )
+
+    def _arrays(self) -> tuple[IntArray, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+class RunningEvents(Rows[RunningJob]):
+    """Running jobs' assignments flattened once per job and kept across cycles."""
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._flat = _Flat.of([])
+        self._flat_rows = 0
+
+    def flat(self) -> _Flat:
+        """The flattened assignments of every row; owners are rows."""
+        if self._flat_rows < len(self.objects):
+            fresh = [(r.expected_end, r.assignments) for r in self.objects[self._flat_rows :]]
+            self._flat = self._flat.then(_Flat.of(fresh).offset(self._flat_rows))
+            self._flat_rows = len(self.objects)
+        return self._flat
+
+
 @dataclass(frozen=True)
 class _Events:
     cpu: _Releases
@@ -235,45 +339,24 @@ class _Events:
     mig_end: IntArray
 
     @classmethod
-    def build(
-        cls,
-        st: ClusterState,
-        holders: Iterable[tuple[int, tuple[Assignment, ...]]],
-        now: int,
-        step: int,
-    ) -> _Events:
-        """Events of ``holders``; ends round up to ``step`` after ``now``, and past ends to now."""
+    def build(cls, st: ClusterState, f: _Flat, now: int, step: int) -> _Events:
+        """Events of ``f``: ends round up to ``step`` after ``now``, and past ends to now."""
         width = st.gpu_milli_free.shape[1]
-        node, time, cpu, mem = [], [], [], []
-        gslot, gtime, gmilli, gmem = [], [], [], []
-        mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
-        mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
-        for end, assignments in holders:
-            for a in assignments:
-                node.append(a.node)
-                time.append(end)
-                cpu.append(a.cpu_milli)
-                mem.append(a.memory_mib)
-                for g in a.gpus:
-                    gslot.append(a.node * width + g)
-                    gtime.append(end)
-                    gmilli.append(a.gpu_milli)
-                    gmem.append(a.gpu_memory_mib)
-                if a.mig:
-                    mig_end[list(a.mig)] = end
-                    mig_held[list(a.mig)] = True
 
         def rounded(times: IntArray) -> IntArray:
             return now + np.maximum(0, -(-(times - now) // step) * step)
 
-        def arr(values: list[int]) -> IntArray:
-            return np.asarray(values, dtype=np.int64)
-
+        end, g_end = rounded(f.end), rounded(f.g_end)
+        slot = f.g_node * width + f.g_gpu
+        mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
+        mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
+        mig_end[f.m_index] = f.m_end
+        mig_held[f.m_index] = True
         n = st.num_nodes
         return cls(
-            cpu=_Releases.build(arr(node), rounded(arr(time)), arr(cpu), n),
-            mem=_Releases.build(arr(node), rounded(arr(time)), arr(mem), n),
-            milli=_Releases.build(arr(gslot), rounded(arr(gtime)), arr(gmilli), n * width),
-            gmem=_Releases.build(arr(gslot), rounded(arr(gtime)), arr(gmem), n * width),
+            cpu=_Releases.build(f.node, end, f.cpu, n),
+            mem=_Releases.build(f.node, end, f.mem, n),
+            milli=_Releases.build(slot, g_end, f.g_milli, n * width),
+            gmem=_Releases.build(slot, g_end, f.g_mem, n * width),
             mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
         )

@@ -21,7 +21,7 @@ with every factor in [0, 1]:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar
@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.accounts import AccountUsage, FloatArray, IntArray
+from gpufleet.core.columns import Rows
 from gpufleet.core.cycle import Snapshot
 from gpufleet.core.job import Job
 from gpufleet.core.model import MILLI
@@ -107,58 +108,23 @@ def weighted_priority(args: MultifactorArgs, f: Factors) -> FloatArray:
     )
 
 
-class QueueColumns:
+class QueueColumns(Rows[Job]):
     """What each queued job's immutable ``Job`` fixes, as numpy columns kept across cycles.
 
-    A job keeps its row while its id names the very same ``Job`` object, so
-    a changed job (a new object) gets a new row and nothing stale is read.
-    Names (partition, QoS, user, association) are interned to small codes, so
-    a cycle looks up the snapshot's definitions once per distinct name rather
-    than once per job. Once rows of departed jobs outnumber the queue, the
-    columns start afresh. Each cycle then costs one dictionary probe per job.
+    A job keeps its row while the queue holds the very same ``Job`` object
+    (``core.columns.Rows``), so a changed job gets a new row and nothing
+    stale is read. Names (partition, QoS, user, association) are interned to
+    small codes, so a cycle looks up the snapshot's definitions once per
+    distinct name rather than once per job.
     """
 
-    def __init__(self) -> None:
-        self._reset()
+    @property
+    def jobs(self) -> list[Job]:
+        return self.objects
 
-    def _reset(self) -> None:
-        self.jobs: list[Job] = []
-        self._row: dict[str, int] = {}
-        self._values: dict[str, tuple[list[float], FloatArray]] = {}
-        self._codes: dict[str, tuple[list[int], dict[Hashable, int], IntArray]] = {}
-
-    def rows(self, pending: Sequence[Job]) -> IntArray:
-        """The row of each job of ``pending``, adding rows for jobs not seen before."""
-        if len(self.jobs) > 2 * len(pending) + 1024:
-            self._reset()
-        jobs, get = self.jobs, self._row.get
-        out: list[int] = []
-        for job in pending:
-            row = get(job.id, -1)
-            if row < 0 or jobs[row] is not job:
-                row = self._row[job.id] = len(jobs)
-                jobs.append(job)
-            out.append(row)
-        return np.array(out, dtype=np.int64)
-
-    def values(self, column: str, of: Callable[[Job], float]) -> FloatArray:
-        """``of(job)`` for every row, as floats; computed once per row."""
-        values, array = self._values.get(column, ([], np.zeros(0)))
-        if len(values) < len(self.jobs):
-            values.extend(of(job) for job in self.jobs[len(values) :])
-            array = np.array(values, dtype=np.float64)
-            self._values[column] = (values, array)
-        return array
-
-    def codes(self, column: str, of: Callable[[Job], Hashable]) -> tuple[IntArray, list[Any]]:
-        """A small integer per row standing for ``of(job)``, and the distinct keys by code."""
-        codes, interned, array = self._codes.get(column, ([], {}, np.zeros(0, np.int64)))
-        if len(codes) < len(self.jobs):
-            for job in self.jobs[len(codes) :]:
-                codes.append(interned.setdefault(of(job), len(interned)))
-            array = np.array(codes, dtype=np.int64)
-            self._codes[column] = (codes, interned, array)
-        return array, list(interned)
+    def values(self, column: str, of: Callable[[Job], Any], dtype: Any = np.float64) -> FloatArray:
+        """``of(job)`` for every row, as floats unless told; computed once per row."""
+        return super().values(column, of, dtype)
 
 
 class Multifactor:
