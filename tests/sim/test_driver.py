@@ -225,7 +225,7 @@ def test_work_is_conserved_with_preemption_and_failures(
 
 
 def test_same_seed_same_replay(workload: tuple[list[Node], list[TraceJob]]) -> None:
-    cluster, jobs = workload
+    cluster, jobs = workload[0], workload[1][:80]
     policy = {**EASY, "ordering": {"plugin": "multifactor"}, "preemption": {"enabled": True}}
     first = run(cluster, jobs, policy, mtbf_s=50_000, seed=7)
     second = run(cluster, jobs, policy, mtbf_s=50_000, seed=7)

@@ -586,10 +586,6 @@ class Simulation:
         elapsed = self.now - rec.run_start
         rec.allocated_gpu_s += rec.gpus * elapsed
         rec.assignments = ()
-        r_job = r.job
-        rec.job = replace(
-            rec.job, gpu_seconds_attained=r_job.gpu_seconds_attained + rec.gpus * elapsed
-        )
         return elapsed
 
     def _finish(self, rec: JobRecord) -> None:
@@ -626,7 +622,9 @@ class Simulation:
             return
         rec.state = JobState.PENDING.value
         rec.requeues += 1
-        rec.job = replace(rec.job, state=JobState.PENDING, start_time=None, last_checkpoint=None)
+        # rec.job is the job as queued; only the service it attained has grown.
+        attained = rec.job.gpu_seconds_attained + rec.gpus * elapsed
+        rec.job = replace(rec.job, gpu_seconds_attained=attained)
         self._queue(rec.job)
 
     # -- faults ----------------------------------------------------------------
