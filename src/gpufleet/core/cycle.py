@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from copy import copy
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, ClassVar, Literal, Protocol, cast, runtime_checkable
@@ -117,7 +118,7 @@ class Tally:
         self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.qos_milli: defaultdict[str, int] = defaultdict(int)
-        self._memo: dict[TallyKind, tuple[Sequence[Hashable], int, IntArray]] = {}
+        self._memo: dict[TallyKind, tuple[Sequence[Hashable], dict[Hashable, int], IntArray]] = {}
 
     @classmethod
     def of_running(cls, table: RunningEvents, rows: IntArray) -> Tally:
@@ -141,22 +142,36 @@ class Tally:
 
     def add(self, job: Job, sign: int = 1) -> None:
         milli = sign * job.gpu_milli
-        self.user_jobs[job.qos, job.user] += sign
-        self.user_milli[job.qos, job.user] += milli
-        self.account_milli[job.qos, job.account] += milli
+        user, account = (job.qos, job.user), (job.qos, job.account)
+        self.user_jobs[user] += sign
+        self.user_milli[user] += milli
+        self.account_milli[account] += milli
         self.qos_milli[job.qos] += milli
-        self._memo.clear()
+        changes: tuple[tuple[TallyKind, Hashable, int], ...] = (
+            ("user_jobs", user, sign),
+            ("user_milli", user, milli),
+            ("account_milli", account, milli),
+            ("qos_milli", job.qos, milli),
+        )
+        for kind, key, delta in changes:
+            memo = self._memo.get(kind)
+            at = -1 if memo is None else memo[1].get(key, -1)
+            if memo is not None and at >= 0:
+                memo[2][at] += delta
 
     def counts(self, kind: TallyKind, keys: Sequence[Hashable]) -> IntArray:
-        """The tally of each key of ``kind`` (0 if none), as an array.
+        """The tally of each key of ``kind`` (0 if none), as an array; do not change it.
 
-        Memoised until ``add`` while ``keys`` is the same list, grown by nothing
-        (``Rows.codes`` keys only grow at their end).
+        Kept up to date by ``add`` while ``keys`` is the same list, grown by
+        nothing (``Rows.codes`` keys only grow at their end).
         """
         memo = self._memo.get(kind)
-        if memo is None or memo[0] is not keys or memo[1] != len(keys):
-            counter: Mapping[Any, int] = getattr(self, kind)
-            memo = keys, len(keys), np.array([counter.get(k, 0) for k in keys], dtype=np.int64)
+        if memo is None or memo[0] is not keys or len(memo[1]) != len(keys):
+            counter: defaultdict[Any, int] = getattr(self, kind)
+            index = dict(zip(keys, range(len(keys)), strict=True))
+            # Reading a defaultdict adds the missing keys at 0, which changes no count.
+            held = np.fromiter(map(counter.__getitem__, keys), dtype=np.int64, count=len(keys))
+            memo = keys, index, held
             self._memo[kind] = memo
         return memo[2]
 
@@ -182,26 +197,51 @@ def _qos(r: RunningJob) -> str:
 
 
 class QueueView:
-    """Columns of some queued jobs (aligned with ``rows``), for plugins that judge many at once."""
+    """Columns of some queued jobs (aligned with ``rows``), for plugins that judge many at once.
+
+    A view and its ``window``s share what they gathered, so a column is
+    gathered once for the whole queue and each window reads a slice.
+    """
 
     def __init__(self, table: Rows[Job], rows: IntArray) -> None:
         self.table = table
-        self.rows = rows
+        self._all = rows
+        self._lo, self._hi = 0, len(rows)
+        self._gathered: dict[str, npt.NDArray[Any]] = {}
+        self._keys: dict[str, list[Any]] = {}
+
+    @property
+    def rows(self) -> IntArray:
+        return self._all[self._lo : self._hi]
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self._hi - self._lo
+
+    def window(self, lo: int, hi: int) -> QueueView:
+        """The jobs from ``lo`` to ``hi`` of this view (clipped to it)."""
+        view = copy(self)
+        view._lo, view._hi = self._lo + lo, min(self._lo + hi, self._hi)
+        return view
 
     def column(self, attr: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
         """Each job's attribute ``attr``."""
-        return self.table.values(attr, attrgetter(attr), dtype)[self.rows]
+        gathered = self._gathered.get(attr)
+        if gathered is None:
+            gathered = self.table.values(attr, attrgetter(attr), dtype)[self._all]
+            self._gathered[attr] = gathered
+        return gathered[self._lo : self._hi]
 
     def codes(self, *attrs: str) -> tuple[IntArray, list[Any]]:
         """A code per job for its value of ``attrs`` (a tuple when several), and the keys by code.
 
         The keys are every value seen so far, so they may outnumber these jobs'.
         """
-        codes, keys = self.table.codes(",".join(attrs), attrgetter(*attrs))
-        return codes[self.rows], keys
+        name = ",".join(attrs)
+        gathered = self._gathered.get(name)
+        if gathered is None:
+            codes, self._keys[name] = self.table.codes(name, attrgetter(*attrs))
+            gathered = self._gathered[name] = codes[self._all]
+        return gathered[self._lo : self._hi], self._keys[name]
 
 
 class Admission(Protocol):
@@ -477,6 +517,7 @@ class _Cycle:
         self.tested = 0
         self.hold_count = 0
         self.events = 0  # steps that changed what later jobs would see; see _walk
+        self.bulk = all(isinstance(a, BulkAdmission) for a in profile.admission)
 
     # -- the walk ------------------------------------------------------------
     def run(self) -> Plan:
@@ -528,27 +569,28 @@ class _Cycle:
         ``CALM`` jobs in a row changed nothing, the rest are judged in
         windows at once (``_settle``) up to the first job that might change
         something, which is considered alone again; windows double while
-        they settle every job.
+        they settle every job, and fit the run last settled otherwise.
         """
         table = self.p.cache.pending
-        jobs, ids = table.objects, table.values("id", attrgetter("id"), object)
+        jobs, view = table.objects, QueueView(table, queue)
         pos, calm, window = 0, 0, WINDOW
         while pos < len(queue):
             if calm < CALM:
                 before = self.events
                 self._consider(jobs[queue[pos]])
                 calm = calm + 1 if self.events == before else 0
-                pos, window = pos + 1, WINDOW
+                pos += 1
                 continue
-            rows = queue[pos : pos + window]
-            settled, reasons = self._settle(QueueView(table, rows))
-            stop = len(rows) if settled.all() else int(np.argmin(settled))
-            self.plan.reasons.update(
-                zip(ids[rows[:stop]].tolist(), reasons[:stop].tolist(), strict=True)
-            )
-            pos, window = pos + stop, window * 2
-            if stop < len(rows):
-                calm = 0
+            part = view.window(pos, pos + window)
+            settled, reasons = self._settle(part)
+            stop = len(part) if settled.all() else int(np.argmin(settled))
+            ids = part.column("id", object)[:stop].tolist()
+            self.plan.reasons.update(zip(ids, reasons[:stop].tolist(), strict=True))
+            pos += stop
+            if stop < len(part):
+                calm, window = 0, max(WINDOW, 2 * stop)
+            else:
+                window *= 2
 
     def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray]:
         """Which of these jobs ``_consider`` would only give a reason now, and the reasons.
@@ -557,7 +599,7 @@ class _Cycle:
         would be tested, get a hold, or change any fact) reads False.
         """
         reasons = np.full(len(queue), "", dtype=object)
-        if not all(isinstance(a, BulkAdmission) for a in self.p.admission):
+        if not self.bulk:
             return np.zeros(len(queue), dtype=np.bool_), reasons
         for a in reversed(self.p.admission):  # the first plugin's reason wins
             said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
