@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from builders import cluster, job, node, placer
-from gpufleet.core.fragmentation import FragmentationMeter, Workload
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode
 from gpufleet.core.state import Assignment, ClusterState
@@ -171,3 +171,32 @@ def test_capacity_measure_counts_gpus_stranded_by_cpu(
         capacity_weight=capacity_weight,
     )
     assert FragmentationMeter(state, workload).per_node().tolist() == [expected]
+
+
+def test_model_pressure_weighs_demand_against_the_models_it_may_use() -> None:
+    # Supply: A100 2 GPUs (2000 milli), H100 2 GPUs (2000); cluster 4000.
+    # Types (equally frequent): any model, 1 GPU -> demand 0.5 x 1000 = 500 over 4000;
+    #                           H100 only, 1 GPU -> 500 over 2000.
+    # pressure A100 = 500/4000 = 0.125; H100 = 0.125 + 0.25 = 0.375
+    # cluster mean = (500 + 500) / 4000 = 0.25 -> relative A100 0.5, H100 1.5
+    state = cluster(node("a").gpus(2).model("A100-80GB"), node("h").gpus(2).model("H100-80GB"))
+    workload = Workload.from_requests(
+        [job().gpus(1).build(), job().gpus(1).models("H100-80GB").build()], state.models
+    )
+    assert model_pressure(workload, state).tolist() == [0.5, 1.5]
+    # Without constraints every model is at the cluster's pressure.
+    plain = Workload.from_requests([job().gpus(1).build()], state.models)
+    assert model_pressure(plain, state).tolist() == [1.0, 1.0]
+
+
+def test_scarcity_charges_gpu_taken_from_a_model_under_pressure() -> None:
+    # Pressure as above: H100 1.5, A100 0.5. Placing one whole GPU (1000 milli)
+    # with scarcity_weight 3 moves each option's score by -3 x (p - 1) x 1000:
+    # H100 node: -3 x 0.5 x 1000 = -1500; A100 node: -3 x -0.5 x 1000 = +1500.
+    state = cluster(node("a").gpus(2).model("H100-80GB"), node("b").gpus(2).model("A100-80GB"))
+    workload = [job().gpus(1).build(), job().gpus(1).models("H100-80GB").build()]
+    ctx = placer().context(state, job().gpus(1).build(), Mode.NOW)
+    plain = FragmentationGradient(workload, EXACT).score(ctx)
+    scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
+    charged = FragmentationGradient(workload, scarce).score(ctx)
+    assert (charged - plain).tolist() == [-1500.0, 1500.0]

@@ -134,6 +134,31 @@ class Workload:
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
+def model_pressure(workload: Workload, state: ClusterState) -> FloatArray:
+    """Demand over supply for each GPU model, relative to the whole cluster's.
+
+    Each type's GPU demand (frequency x GPUs x milli) is spread over the
+    capacity of the models it may use, so a model that constrained types
+    depend on carries more than its share. Without model constraints every
+    model scores exactly 1; a model no type may use scores 0.
+    """
+    m = len(state.models)
+    supply = np.bincount(
+        state.gpu_model[state.gpu_exists], weights=state.gpu_milli_total[state.gpu_exists],
+        minlength=m,
+    )[:m]
+    demand = workload.freq * workload.gpus * workload.milli
+    pressure = np.zeros(m, dtype=np.float64)
+    for t in np.flatnonzero(demand > 0):
+        allowed = workload.model_ok[t, :m]
+        reach = supply[allowed].sum()
+        if reach > 0:
+            pressure[allowed] += demand[t] / reach
+    mean = demand.sum() / max(supply.sum(), 1.0)
+    relative: FloatArray = pressure / mean if mean > 0 else np.ones(m)
+    return relative
+
+
 @njit(cache=True, nogil=True)
 def _mix(h: np.uint64, v: int) -> np.uint64:
     """Fold ``v`` into hash ``h`` (splitmix64 finaliser)."""

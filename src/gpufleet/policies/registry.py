@@ -22,7 +22,7 @@ Builder = Callable[[Sequence[Request], int], PlacementProfile]
 
 
 DEFAULT_FRAGMENTATION = FragmentationArgs(
-    memory=True, fit_weight=1.0, capacity_weight=1.0, resolution="exact"
+    memory=True, fit_weight=1.0, capacity_weight=1.0, scarcity_weight=3.0, resolution="exact"
 )
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.fragmentation import FragmentationMeter, Workload
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure
 from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
@@ -36,12 +36,16 @@ class FragmentationArgs(BaseModel):
     measure (how much could repeated tasks of a type take, bounded by GPU
     slots, CPU and memory together?); see ``core.fragmentation``. ``popularity``:
     keep only the most common task types covering this share of all tasks.
+    ``scarcity_weight``: charge GPU taken from a model in demand by constrained
+    types (``core.fragmentation.model_pressure``), in milli-GPU per milli-GPU
+    of excess pressure.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     memory: bool = False
     fit_weight: float = Field(1.0, ge=0)
     capacity_weight: float = Field(0.0, ge=0)
+    scarcity_weight: float = Field(0.0, ge=0)
     popularity: float = Field(1.0, gt=0, le=1)
     resolution: Literal["paper", "exact"] = "paper"
 
@@ -55,6 +59,7 @@ class FragmentationGradient:
         self.workload = tuple(workload)
         self.args = args or FragmentationArgs()
         self._meter: FragmentationMeter | None = None
+        self._pressure: FloatArray = np.zeros(0)
 
     def meter(self, state: ClusterState) -> FragmentationMeter:
         """The fragmentation meter of ``state`` (kept while the state is the same object)."""
@@ -68,12 +73,19 @@ class FragmentationGradient:
                 popularity=self.args.popularity,
             )
             self._meter = FragmentationMeter(state, workload)
+            self._pressure = np.append(model_pressure(workload, state), 1.0)  # [-1]: no GPU
         return self._meter
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         meter = self.meter(ctx.state)
         o = ctx.options
         delta: FloatArray = meter.per_node()[o.node] - meter.after(o.node, o.gpu, ctx.request)
+        if self.args.scarcity_weight:
+            # GPU taken from a model under more pressure than the cluster's costs
+            # that much more, in the same milli-GPU units as the gain.
+            r = ctx.request
+            pressure = self._pressure[meter.model[o.node]]
+            delta -= self.args.scarcity_weight * (pressure - 1.0) * r.gpu_count * r.milli_per_gpu
         if self.args.resolution == "exact":
             return delta
         rounded: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
