@@ -13,6 +13,7 @@ from builders import node
 from gpufleet.core.model import Node, Request
 from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, to_job
 from gpufleet.sim.events import EventQueue, Kind
+from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.metrics import job_rows, summarize
 from gpufleet.sim.profile import profile_from_dict, replay
 from gpufleet.sim.traces import load_trace
@@ -289,3 +290,29 @@ def test_oracle_limits_are_the_duration() -> None:
     assert (
         to_job(tj("a", 0, 100, time_limit_s=900), SimConfig(oracle_limits=True)).time_limit_s == 100
     )
+
+
+def test_fault_draws_are_seeded_and_positive() -> None:
+    first, again, other = (FaultModel(3600, 600, seed) for seed in (1, 1, 2))
+    a = [*first.first_failures(50), first.repair_after(), first.fail_after()]
+    assert a == [*again.first_failures(50), again.repair_after(), again.fail_after()]
+    assert a != [*other.first_failures(50), other.repair_after(), other.fail_after()]
+    assert min(a) >= 1
+    with pytest.raises(ValueError, match="mtbf_s and mttr_s"):
+        FaultModel(0, 600, 1)
+
+
+def test_failures_requeue_jobs_and_count_lost_work(
+    workload: tuple[list[Node], list[TraceJob]],
+) -> None:
+    cluster, jobs = workload
+    result = run(cluster, jobs, EASY, mtbf_s=20_000, mttr_s=600, checkpoint_interval_s=300)
+    hit = [r for r in result.jobs if r.failures]
+    assert hit and all(r.requeues >= r.failures for r in hit)
+    # A failure costs at most one checkpoint interval of the job's GPUs (300 s, or
+    # the interval the trace gives the job).
+    assert all(
+        r.lost_failure_gpu_s <= r.failures * (r.job.checkpoint_interval_s or 0) * r.gpus
+        for r in hit
+    )
+    assert all(r.state == "completed" for r in result.jobs)
