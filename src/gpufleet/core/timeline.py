@@ -214,15 +214,21 @@ class _Releases:
     slots: int
 
     @classmethod
-    def build(cls, slot: IntArray, time: IntArray, amount: IntArray, slots: int) -> _Releases:
+    def build(
+        cls, slot: IntArray, time: IntArray, amounts: Sequence[IntArray], slots: int
+    ) -> list[_Releases]:
+        """One ``_Releases`` per amount released by the same events (sorted once)."""
         order = np.lexsort((time, slot))
-        slot, time, amount = slot[order], time[order], amount[order]
-        cum = np.cumsum(amount)
-        if len(cum):
-            first = np.r_[True, slot[1:] != slot[:-1]]
-            base = np.where(first, cum - amount, 0)
-            cum = cum - np.maximum.accumulate(base)
-        return cls(slot, time, cum, slots)
+        slot, time = slot[order], time[order]
+        first = np.r_[True, slot[1:] != slot[:-1]] if len(slot) else slot.astype(np.bool_)
+        out = []
+        for amount in amounts:
+            amount = amount[order]
+            cum = np.cumsum(amount)
+            if len(cum):
+                cum = cum - np.maximum.accumulate(np.where(first, cum - amount, 0))
+            out.append(cls(slot, time, cum, slots))
+        return out
 
     def first(self, free: IntArray, need: int, now: int) -> IntArray:
         """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
@@ -353,10 +359,12 @@ class _Events:
         mig_end[f.m_index] = f.m_end
         mig_held[f.m_index] = True
         n = st.num_nodes
+        cpu, mem = _Releases.build(f.node, end, (f.cpu, f.mem), n)
+        milli, gmem = _Releases.build(slot, g_end, (f.g_milli, f.g_mem), n * width)
         return cls(
-            cpu=_Releases.build(f.node, end, f.cpu, n),
-            mem=_Releases.build(f.node, end, f.mem, n),
-            milli=_Releases.build(slot, g_end, f.g_milli, n * width),
-            gmem=_Releases.build(slot, g_end, f.g_mem, n * width),
+            cpu=cpu,
+            mem=mem,
+            milli=milli,
+            gmem=gmem,
             mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
         )
