@@ -48,7 +48,7 @@ or equal to 0``.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.cycle import Ordering, SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
-from gpufleet.core.model import InvalidSpec
+from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.preemption import CheapestVictims
@@ -190,8 +190,12 @@ class Policy:
                 if name not in self.qos:
                     raise InvalidSpec(f"partitions.{p.name}.allowed_qos", f"unknown QoS {name!r}")
 
-    def profile(self) -> SchedulingProfile:
-        """The scheduling profile the policy describes (fresh plugin instances)."""
+    def profile(self, workload: Sequence[Request] = (), seed: int = 0) -> SchedulingProfile:
+        """The scheduling profile the policy describes (fresh plugin instances).
+
+        ``workload`` (typical requests) and ``seed`` reach the placement
+        profile: fragmentation-aware placement measures against the workload.
+        """
         c = self.config
         ordering: Ordering
         match c.ordering.plugin:
@@ -205,7 +209,7 @@ class Policy:
                 ordering = LeastAttainedService(c.ordering.las)
         return SchedulingProfile(
             ordering=ordering,
-            placement=placement_profile(c.placement.plugin),
+            placement=placement_profile(c.placement.plugin, workload=workload, seed=seed),
             admission=[PartitionLimits(), QosLimits()],
             gate=Reservations(),
             backfill=Backfill(c.backfill) if c.backfill else None,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,8 @@ from pydantic import ValidationError
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
-from gpufleet.policies.config import PlacementConfig, Policy, PolicyConfig
+from gpufleet.policies.config import Policy, PolicyConfig
 from gpufleet.policies.priority import Multifactor
-from gpufleet.policies.registry import placement_profile
 from gpufleet.sim.driver import ProgressFn, SimConfig, SimResult, Simulation, default_qos
 from gpufleet.sim.traces.record import TraceJob
 
@@ -68,13 +67,7 @@ class SimProfile:
 
     def build(self, workload: Sequence[Request], seed: int) -> SchedulingProfile:
         """The scheduling plugins, with placement scorers fitted to ``workload``."""
-        c = self.policy.config
-        # Policy.profile() builds placement without a workload, which FGD scorers
-        # need: build the rest around a workload-free placement, then swap it.
-        plain = c.model_copy(update={"placement": PlacementConfig(plugin="first-fit")})
-        base = Policy(plain).profile()
-        fitted = placement_profile(c.placement.plugin, workload=workload, seed=seed)
-        return replace(base, placement=fitted)
+        return self.policy.profile(workload, seed)
 
 
 def default_profile() -> SimProfile:
