@@ -24,6 +24,15 @@ L or more fails too, because capacity only shrinks and holds only grow
 during a cycle (Slurm skips such jobs the same way). A preemption frees
 capacity and so forgets these failures.
 
+Most jobs of a large queue change nothing: a limit keeps them, or their
+shape already failed and the hold is made. So once a run of jobs changed
+nothing, the walk judges the following ones in windows, with whole-queue
+columns and ``BulkAdmission`` plugins, up to the first job that might change
+something (be tested, get a hold, be the first of its partition to wait),
+which it considers alone. The plan is exactly the job-by-job walk's. The
+profile's ``CycleCache`` keeps what each job fixes across cycles, by object
+identity, so a cycle after a few arrivals reads columns instead of jobs.
+
 The cycle never changes the snapshot: every allocation goes through a
 journal that is rolled back before the plan is returned.
 """
