@@ -96,3 +96,14 @@ def test_bad_input_is_one_line_and_exit_2(
     assert err.startswith("error: ")
     assert "\n" not in err
     assert message in err
+
+
+def test_run_takes_a_cluster_toml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = Path(__file__).parents[1] / "fixtures" / "cluster.toml"
+    assert main(["sim", "run", "--cluster", str(cluster), "--trace", TRACE, "--json"]) == 0
+    assert last_json(capsys.readouterr().out)["jobs"] == 60
+    bad = policy(tmp_path, "cluster", '[[nodes]]\nnames = "n[1-2"\n')
+    assert main(["sim", "run", "--cluster", str(bad), "--trace", TRACE]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    assert "group 1 (n[1-2): names: bad hostlist" in err

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from gpufleet.adapters.inventory import load_cluster
 from gpufleet.core.model import InvalidSpec, Node
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
@@ -50,7 +51,10 @@ ROWS = (
 )
 
 ClusterOpt = Annotated[
-    str, typer.Option(help="'openb' (the bundled openb node list) or a node list CSV path.")
+    str,
+    typer.Option(
+        help="'openb' (the bundled openb node list), a cluster .toml file, or a node list CSV."
+    ),
 ]
 TraceOpt = Annotated[
     str,
@@ -70,7 +74,10 @@ def _fail(message: str) -> NoReturn:
 
 
 def _nodes(cluster: str) -> list[Node]:
-    return load_nodes(bundled(DEFAULT_NODES) if cluster == "openb" else Path(cluster))
+    if cluster == "openb":
+        return load_nodes(bundled(DEFAULT_NODES))
+    path = Path(cluster)
+    return load_cluster(path) if path.suffix == ".toml" else load_nodes(path)
 
 
 @contextmanager

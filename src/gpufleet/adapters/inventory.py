@@ -1,0 +1,294 @@
+"""Loader for gpufleet cluster files: the declared inventory of nodes, GPUs and topology.
+
+A cluster file is TOML with one array of tables, ``[[nodes]]``; each entry is a
+node group that declares one or more identical nodes (``names`` is a
+Slurm-style hostlist such as ``"dgx-[01-04]"``). The format is documented in
+``docs/cluster-file.md``. Every problem raises ``ClusterFileError``, one line
+naming the file, the group (1-based, with its ``names``) and the key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gpufleet.core import mig
+from gpufleet.core.catalog import gpu_memory_mib
+from gpufleet.core.model import GPU, InvalidSpec, Node
+
+GROUP_KEYS = ("names", "pool", "switch", "cpu_milli", "memory_mib", "labels", "gpus")
+GPU_KEYS = ("model", "count", "memory_mib", "nvlink", "numa", "mig")
+NVLINK_MODES = ("all", "pairs", "none")
+MAX_HOSTS = 100_000
+"""Most names one hostlist may expand to: a typo like ``[1-1000000]`` fails fast."""
+
+_RANGE = re.compile(r"\[([^\[\]]*)\]")
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be loaded, with where and why (one line)."""
+
+    def __init__(self, path: Path | str, group: str | None, key: str | None, reason: str) -> None:
+        where = str(path) + (f", {group}" if group else "")
+        what = f"{key}: " if key else ""
+        super().__init__(f"{where}: {what}{reason}".replace("\n", " "))
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm-style hostlist, in order: ``"gpu[01-03,7],cpu1"``.
+
+    Commas outside brackets separate expressions; each bracket holds numbers
+    and ``lo-hi`` ranges, zero-padded to the width of ``lo`` as written.
+    Several brackets in one name expand as a product (``r[1-2]n[1-2]`` is four
+    names). Raise ValueError saying what is malformed.
+    """
+    names: list[str] = []
+    for expr in _split_top(text):
+        literals = _RANGE.split(expr)  # literal, range, literal, range, ..., literal
+        if any("[" in lit or "]" in lit for lit in literals[::2]):
+            raise ValueError(f"unbalanced or nested brackets in {expr!r}")
+        if not expr:
+            raise ValueError(f"empty name in {text!r}")
+        choices = [[lit] if k % 2 == 0 else _numbers(lit) for k, lit in enumerate(literals)]
+        count = 1
+        for c in choices:
+            count *= len(c)
+        if len(names) + count > MAX_HOSTS:
+            raise ValueError(f"expands to more than {MAX_HOSTS:,} names")
+        names.extend("".join(parts) for parts in itertools.product(*choices))
+    return names
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def _numbers(spec: str) -> list[str]:
+    out: list[str] = []
+    for item in spec.split(","):
+        lo, dash, hi = (x.strip() for x in item.partition("-"))
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"[{spec}]: {item.strip()!r} is not a number or lo-hi range")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ValueError(f"[{spec}]: range {item.strip()!r} runs backwards")
+        if last - first >= MAX_HOSTS:
+            raise ValueError(f"expands to more than {MAX_HOSTS:,} names")
+        out.extend(str(n).zfill(len(lo)) for n in range(first, last + 1))
+    return out
+
+
+class _Group:
+    """One ``[[nodes]]`` entry being read; ``fail`` raises naming it and a key."""
+
+    def __init__(self, path: Path, index: int, table: Mapping[str, Any]) -> None:
+        self.path = path
+        self.table = table
+        names = table.get("names")
+        label = ",".join(map(str, names)) if isinstance(names, list) else str(names or "")
+        self.label = f"group {index}" + (f" ({label})" if label else "")
+
+    def fail(self, key: str | None, reason: str) -> ClusterFileError:
+        return ClusterFileError(self.path, self.label, key, reason)
+
+    def check_keys(self, table: Mapping[str, Any], known: Sequence[str], prefix: str) -> None:
+        for key in table:
+            if key not in known:
+                raise self.fail(prefix + key, f"unknown key (known: {', '.join(known)})")
+
+    def integer(self, table: Mapping[str, Any], name: str, default: int | None) -> int:
+        """``table[name's last part]`` as an integer; ``name`` is the key to report."""
+        value: object = table.get(name.rpartition(".")[2], default)
+        if value is None:
+            raise self.fail(name, "required")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(name, f"must be an integer, got {value!r}")
+        return value
+
+    def text(self, key: str, default: str) -> str:
+        value = self.table.get(key, default)
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {value!r}")
+        return value
+
+    def per_gpu(self, value: Any, count: int, name: str) -> list[int]:
+        """An integer for every GPU, or a list of ``count`` integers."""
+        values = value if isinstance(value, list) else [value] * count
+        if len(values) != count:
+            raise self.fail(name, f"lists {len(values)} values for {count} GPUs")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise self.fail(name, f"must hold integers of zero or more, got {v!r}")
+        return values
+
+
+def load_cluster(path: Path | str) -> list[Node]:
+    """Read a cluster file and return its nodes, in the order declared.
+
+    Node names must be unique across the whole file. GPU memory defaults to the
+    catalog's size for the model. Raise ClusterFileError on any problem.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            doc = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ClusterFileError(path, None, None, "no such file") from None
+    except OSError as e:
+        raise ClusterFileError(path, None, None, e.strerror or str(e)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterFileError(path, None, None, f"not valid TOML: {e}") from None
+    for key in doc:
+        if key != "nodes":
+            raise ClusterFileError(path, None, key, "unknown key (known: nodes)")
+    groups = doc.get("nodes")
+    if not isinstance(groups, list) or not groups:
+        raise ClusterFileError(path, None, "nodes", "declare at least one [[nodes]] group")
+    nodes: list[Node] = []
+    first_group: dict[str, str] = {}
+    for index, table in enumerate(groups, start=1):
+        if not isinstance(table, dict):
+            raise ClusterFileError(path, f"group {index}", None, "must be a table")
+        group = _Group(path, index, table)
+        for node in _read_group(group):
+            if node.name in first_group:
+                raise group.fail(
+                    "names", f"{node.name!r} is also declared in {first_group[node.name]}"
+                )
+            first_group[node.name] = group.label
+            nodes.append(node)
+    return nodes
+
+
+def _read_group(group: _Group) -> list[Node]:
+    table = group.table
+    group.check_keys(table, GROUP_KEYS, "")
+    names = _names(group)
+    labels = table.get("labels", {})
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise group.fail("labels", 'must be a table of strings, e.g. { rack = "r1" }')
+    gpus = _gpus(group)
+    pool, switch = group.text("pool", "default"), group.text("switch", "")
+    cpu = group.integer(table, "cpu_milli", None)
+    memory = group.integer(table, "memory_mib", None)
+    frozen = MappingProxyType(dict(labels))
+    try:
+        return [
+            Node(name, cpu, memory, gpus, pool=pool, switch=switch, labels=frozen) for name in names
+        ]
+    except InvalidSpec as e:
+        raise group.fail(e.field.removeprefix("node."), e.reason) from None
+
+
+def _names(group: _Group) -> list[str]:
+    raw = group.table.get("names")
+    if raw is None:
+        raise group.fail("names", "required")
+    exprs = raw if isinstance(raw, list) else [raw]
+    names: list[str] = []
+    for expr in exprs:
+        if not isinstance(expr, str):
+            raise group.fail("names", f"must be a hostlist string or a list of them, got {expr!r}")
+        try:
+            names += expand_hostlist(expr)
+        except ValueError as e:
+            raise group.fail("names", f"bad hostlist: {e}") from None
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise group.fail("names", f"{name!r} is listed twice")
+        seen.add(name)
+    return names
+
+
+def _gpus(group: _Group) -> tuple[GPU, ...]:
+    spec = group.table.get("gpus")
+    if spec is None:
+        return ()
+    if not isinstance(spec, dict):
+        raise group.fail("gpus", 'must be a table, e.g. { model = "H100-80GB", count = 8 }')
+    group.check_keys(spec, GPU_KEYS, "gpus.")
+    model = spec.get("model")
+    if not isinstance(model, str):
+        raise group.fail(
+            "gpus.model",
+            "required, a GPU model name" if model is None else f"must be a string, got {model!r}",
+        )
+    try:
+        default_memory = gpu_memory_mib(model)
+    except InvalidSpec as e:
+        raise group.fail("gpus.model", e.reason) from None
+    count = group.integer(spec, "gpus.count", None)
+    if count <= 0:
+        raise group.fail("gpus.count", f"must be more than zero, got {count}")
+    memory = group.integer(spec, "gpus.memory_mib", default_memory)
+    domains = _nvlink(group, spec.get("nvlink", "all"), count)
+    numa = group.per_gpu(spec.get("numa", 0), count, "gpus.numa")
+    layouts = _mig(group, spec.get("mig", {}), model, count)
+    try:
+        return tuple(
+            GPU(i, model, memory, numa=numa[i], nvlink_domain=domains[i], mig=layouts.get(i))
+            for i in range(count)
+        )
+    except InvalidSpec as e:
+        raise group.fail("gpus." + e.field.removeprefix("gpu."), e.reason) from None
+
+
+def _nvlink(group: _Group, value: Any, count: int) -> list[int]:
+    """NVLink domain per GPU: one board, bridged pairs, none, or explicit ids."""
+    if value == "all":
+        return [0] * count
+    if value == "none":
+        return list(range(count))
+    if value == "pairs":
+        if count % 2:
+            raise group.fail("gpus.nvlink", f"'pairs' needs an even GPU count, got {count}")
+        return [i // 2 for i in range(count)]
+    if isinstance(value, str):
+        modes = ", ".join(NVLINK_MODES)
+        raise group.fail("gpus.nvlink", f"{value!r} is not one of {modes} or a list of ids")
+    return group.per_gpu(value, count, "gpus.nvlink")
+
+
+def _mig(
+    group: _Group, value: Any, model: str, count: int
+) -> dict[int, tuple[mig.MigInstance, ...]]:
+    """MIG layouts keyed by GPU index, an index range ``"lo-hi"``, or ``all``."""
+    if not isinstance(value, dict):
+        raise group.fail("gpus.mig", 'must be a table of GPU index = "layout"')
+    layouts: dict[int, tuple[mig.MigInstance, ...]] = {}
+    for key, text in value.items():
+        name = f"gpus.mig.{key}"
+        lo, dash, hi = key.partition("-")
+        if key == "all":
+            indices = range(count)
+        elif lo.isdigit() and (hi.isdigit() if dash else True):
+            indices = range(int(lo), int(hi if dash else lo) + 1)
+        else:
+            indices = range(0)
+        if not indices or indices[-1] >= count:
+            raise group.fail(name, f"key must be a GPU index or range in 0..{count - 1}, or 'all'")
+        if not isinstance(text, str):
+            raise group.fail(name, f"must be a layout string, got {text!r}")
+        try:
+            layout = mig.parse_layout(model, text)
+        except InvalidSpec as e:
+            raise group.fail(name, e.reason) from None
+        for i in indices:
+            if i in layouts:
+                raise group.fail(name, f"GPU {i} is given two layouts")
+            layouts[i] = layout
+    return layouts
