@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.adapters.inventory import ClusterFileError, expand_hostlist, load_cluster
 from gpufleet.cli.main import main
@@ -44,6 +46,19 @@ def write(tmp_path: Path, text: str) -> Path:
 )
 def test_hostlist_expands_in_order(text: str, names: list[str]) -> None:
     assert expand_hostlist(text) == names
+
+
+@given(
+    prefix=st.text("abcxyz-", min_size=1, max_size=4),
+    lo=st.integers(0, 500),
+    span=st.integers(0, 50),
+    width=st.integers(1, 4),
+)
+def test_hostlist_range_is_every_number_once_padded(
+    prefix: str, lo: int, span: int, width: int
+) -> None:
+    names = expand_hostlist(f"{prefix}[{lo:0{width}d}-{lo + span}]")
+    assert names == [f"{prefix}{n:0{width}d}" for n in range(lo, lo + span + 1)]
 
 
 @pytest.mark.parametrize(
