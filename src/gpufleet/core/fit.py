@@ -127,13 +127,32 @@ def fit(state: ClusterState, r: Request, empty: bool) -> tuple[BoolArray, IntArr
     )
 
 
+def static_gpu_ok(
+    state: ClusterState, r: Request, nodes: int | IntArray | slice = slice(None)
+) -> BoolArray:
+    """GPUs on ``nodes`` that could ever take one of ``r``'s per-GPU shares: an allowed
+    model, not MIG, big enough in milli-GPU and memory, whatever is in use now."""
+    ok: BoolArray = model_mask(state, r)[state.gpu_model[nodes]]
+    ok &= state.gpu_milli_total[nodes] >= max(r.milli_per_gpu, 1)
+    ok &= state.gpu_mem_total[nodes] >= max(r.min_gpu_memory_mib, r.gpu_memory_mib)
+    return ok
+
+
 def eligible_gpus(state: ClusterState, r: Request, nodes: int | IntArray | slice) -> BoolArray:
     """GPUs on ``nodes`` that could take one of the request's per-GPU shares now."""
-    ok = model_mask(state, r)[state.gpu_model[nodes]]
     return (
-        ok
-        & (state.gpu_milli_total[nodes] > 0)
+        static_gpu_ok(state, r, nodes)
         & (state.gpu_milli_free[nodes] >= r.milli_per_gpu)
         & (state.gpu_mem_free[nodes] >= r.gpu_memory_mib)
-        & (state.gpu_mem_total[nodes] >= r.min_gpu_memory_mib)
     )
+
+
+def mig_instances(state: ClusterState, r: Request, *, empty: bool) -> BoolArray:
+    """MIG instances of ``r``'s profile on an allowed model; only free ones unless ``empty``."""
+    if r.mig_profile not in state.mig_profiles:
+        return np.zeros(len(state.mig_node), dtype=np.bool_)
+    match: BoolArray = state.mig_profile == state.mig_profiles.index(r.mig_profile)
+    if not empty:
+        match &= state.mig_free
+    match &= model_mask(state, r)[state.gpu_model[state.mig_node, state.mig_gpu]]
+    return match

@@ -197,21 +197,8 @@ class Placer:
         nodes = np.flatnonzero(feasible)
         return feasible, Options(nodes, np.full(len(nodes), -1, dtype=np.int64))
 
-    @staticmethod
-    def _mig_instances(state: ClusterState, r: Request, empty: bool) -> BoolArray:
-        """MIG instances of the requested profile, on an allowed model, free unless ``empty``."""
-        if r.mig_profile not in state.mig_profiles:
-            return np.zeros(len(state.mig_node), dtype=np.bool_)
-        match: BoolArray = state.mig_profile == state.mig_profiles.index(r.mig_profile)
-        if not empty:
-            match &= state.mig_free
-        if r.gpu_models:
-            allowed = [i for i, m in enumerate(state.models) if m in r.gpu_models]
-            match &= np.isin(state.gpu_model[state.mig_node, state.mig_gpu], allowed)
-        return match
-
     def _mig_count(self, state: ClusterState, r: Request, empty: bool) -> IntArray:
-        match = self._mig_instances(state, r, empty)
+        match = fitmod.mig_instances(state, r, empty=empty)
         return np.bincount(state.mig_node[match], minlength=state.num_nodes)
 
     def context(
@@ -258,7 +245,7 @@ class Placer:
         mig: tuple[int, ...] = ()
         if r.mig_profile:
             free_inst = np.flatnonzero(
-                self._mig_instances(state, r, empty=False) & (state.mig_node == node)
+                fitmod.mig_instances(state, r, empty=False) & (state.mig_node == node)
             )
             mig = tuple(int(i) for i in free_inst[: r.mig_count])
         return Assignment(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from gpufleet.core.columns import Rows
+from gpufleet.core.fit import mig_instances, static_gpu_ok
 from gpufleet.core.job import RunningJob
 from gpufleet.core.model import Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
@@ -152,11 +153,7 @@ class Timeline:
         out = np.full(st.num_nodes, NEVER, dtype=np.int64)
         if r.mig_profile not in st.mig_profiles:
             return out
-        match = st.mig_profile == st.mig_profiles.index(r.mig_profile)
-        if r.gpu_models:
-            allowed = [i for i, m in enumerate(st.models) if m in r.gpu_models]
-            match &= np.isin(st.gpu_model[st.mig_node, st.mig_gpu], allowed)
-        inst = np.flatnonzero(match)
+        inst = np.flatnonzero(mig_instances(st, r, empty=True))
         times = np.where(st.mig_free[inst], now, ev.mig_end[inst])
         nodes = st.mig_node[inst]
         order = np.lexsort((times, nodes))
@@ -192,16 +189,6 @@ class Timeline:
         if start > horizon:
             return None
         return Hold(start, np.sort(chosen))
-
-
-def static_gpu_ok(st: ClusterState, r: Request) -> BoolArray:
-    """GPUs that could ever take one of ``r``'s per-GPU shares (model, size, not MIG)."""
-    ok = st.gpu_exists & (st.gpu_milli_total >= r.milli_per_gpu)
-    ok &= st.gpu_mem_total >= max(r.min_gpu_memory_mib, r.gpu_memory_mib)
-    if r.gpu_models:
-        allowed = [i for i, m in enumerate(st.models) if m in r.gpu_models]
-        ok &= np.isin(st.gpu_model, allowed)
-    return ok
 
 
 @dataclass(frozen=True)
