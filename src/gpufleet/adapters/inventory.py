@@ -10,6 +10,7 @@ naming the file, the group (1-based, with its ``names``) and the key.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -49,16 +50,13 @@ def expand_hostlist(text: str) -> list[str]:
     """
     names: list[str] = []
     for expr in _split_top(text):
+        if not expr:
+            raise ValueError(f"empty name in {text!r}")
         literals = _RANGE.split(expr)  # literal, range, literal, range, ..., literal
         if any("[" in lit or "]" in lit for lit in literals[::2]):
             raise ValueError(f"unbalanced or nested brackets in {expr!r}")
-        if not expr:
-            raise ValueError(f"empty name in {text!r}")
         choices = [[lit] if k % 2 == 0 else _numbers(lit) for k, lit in enumerate(literals)]
-        count = 1
-        for c in choices:
-            count *= len(c)
-        if len(names) + count > MAX_HOSTS:
+        if len(names) + math.prod(len(c) for c in choices) > MAX_HOSTS:
             raise ValueError(f"expands to more than {MAX_HOSTS:,} names")
         names.extend("".join(parts) for parts in itertools.product(*choices))
     return names
@@ -92,7 +90,7 @@ def _numbers(spec: str) -> list[str]:
 
 
 class _Group:
-    """One ``[[nodes]]`` entry being read; ``fail`` raises naming it and a key."""
+    """One ``[[nodes]]`` entry being read; ``fail`` builds an error naming it and a key."""
 
     def __init__(self, path: Path, index: int, table: Mapping[str, Any]) -> None:
         self.path = path
