@@ -1,0 +1,135 @@
+"""``gpufleet sim sweep``: replay one trace at every point of a grid of profile settings.
+
+The grid comes from a sweep spec (``sim.grid``). Points run on local
+processes, or as Ray tasks with ``--ray ADDRESS``. Prints one table row per
+point (with ``--json``, one JSON object as the last line of stdout);
+``--out DIR`` writes ``sweep.csv``. Bad input ends with one line
+``error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from gpufleet.core.model import InvalidSpec
+from gpufleet.sim.grid import GridError, Run, load_spec, run_grid
+from gpufleet.sim.openb import TraceError
+
+COLUMNS = (
+    ("jct_mean_s", "JCT mean, s", "{:,.0f}"),
+    ("jct_p95_s", "JCT p95, s", "{:,.0f}"),
+    ("queue_mean_s", "queueing mean, s", "{:,.0f}"),
+    ("gpu_alloc_mean_pct", "GPU allocated, %", "{:.2f}"),
+    ("jain_fairness", "Jain's index", "{:.3f}"),
+    ("preemptions", "preemptions", "{:,}"),
+)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo("error: " + message.replace("\n", " "), err=True)
+    raise typer.Exit(2)
+
+
+def _table(runs: Sequence[Run]) -> Table:
+    table = Table(title=f"Sweep: {len(runs)} grid points")
+    keys = list(runs[0].settings)
+    for key in keys:
+        table.add_column(key)
+    for _, label, _ in COLUMNS:
+        table.add_column(label, justify="right")
+    for run in runs:
+        table.add_row(
+            *(str(run.settings[k]) for k in keys),
+            *(fmt.format(run.summary[key]) for key, _, fmt in COLUMNS),
+        )
+    return table
+
+
+def write_csv(out: Path, runs: Sequence[Run]) -> Path:
+    """``sweep.csv``: one row per point, the settings, then every scalar of the summary."""
+    keys = list(runs[0].settings)
+    metrics = [k for k, v in runs[0].summary.items() if k != "profile" and not isinstance(v, dict)]
+    path = out / "sweep.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*keys, *metrics])
+        for run in runs:
+            writer.writerow([*(run.settings[k] for k in keys), *(run.summary[m] for m in metrics)])
+    return path
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sweep`` to the ``sim`` command group."""
+
+    @app.command()
+    def sweep(
+        trace: Annotated[
+            str,
+            typer.Option(
+                help="FORMAT:PATH (openb, swf, tiresias, sacct, generic, history) or synthetic:..."
+            ),
+        ],
+        spec: Annotated[
+            Path, typer.Option(help="Sweep spec TOML: a base profile and a [grid] of values.")
+        ],
+        cluster: Annotated[
+            str, typer.Option(help="'openb' (the bundled openb node list) or a node list CSV path.")
+        ] = "openb",
+        workers: Annotated[
+            int | None,
+            typer.Option(min=1, help="Local processes to run on.", show_default="one per CPU"),
+        ] = None,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                "--ray",
+                metavar="ADDRESS",
+                help="Run each point as a task on this Ray cluster ('local' starts one here).",
+            ),
+        ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="End stdout with one line of JSON.")
+        ] = False,
+        out: Annotated[Path | None, typer.Option(help="Write sweep.csv here.")] = None,
+    ) -> None:
+        """Replay one trace under every combination of the spec's grid values, in parallel."""
+        try:
+            grid = load_spec(spec)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+            total = len(grid.points())
+            console = Console(stderr=True)
+            columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            with Progress(
+                *columns, console=console, transient=True, disable=not console.is_terminal
+            ) as bar:
+                task = bar.add_task("grid points", total=total)
+                runs = run_grid(
+                    cluster,
+                    trace,
+                    grid,
+                    workers=workers or os.cpu_count() or 1,
+                    ray_address=ray,
+                    on_done=lambda done: bar.update(task, completed=done),
+                )
+            written = write_csv(out, runs) if out is not None else None
+        except (GridError, TraceError, InvalidSpec) as e:
+            _fail(str(e))
+        except OSError as e:
+            _fail(f"{e.filename or out}: {e.strerror or e}")
+        if as_json:
+            typer.echo(json.dumps({"runs": [r.as_json() for r in runs]}))
+        else:
+            Console().print(_table(runs))
+        if written is not None:
+            typer.echo(f"wrote {written}", err=True)

@@ -1,0 +1,262 @@
+"""Parameter sweeps: one replay per point of a grid of profile settings.
+
+A sweep spec is a TOML file with an optional base profile and a ``[grid]``
+table that maps dotted profile keys to lists of values::
+
+    profile = "policy.toml"        # or a [profile] table, or nothing (defaults)
+
+    [grid]
+    "ordering.multifactor.weight_fairshare" = [0, 1000, 10000]
+    "backfill.mode" = ["easy", "conservative"]
+
+The runs are the cartesian product of the lists, the first key varying
+slowest. Every point is checked with the profile's own validation before any
+run starts. Points are independent replays, so they run on worker processes
+or as Ray tasks; each worker reads the cluster and the trace itself (a
+``Node`` does not pickle, and reading costs little against a replay) and
+receives only plain TOML data. Results come back in grid order whatever
+order they finished in, and a replay is deterministic, so a sweep's results
+do not depend on how many workers ran it (only ``wall_s`` does).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import multiprocessing
+import tomllib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.core.model import InvalidSpec, Node
+from gpufleet.sim.metrics import summarize
+from gpufleet.sim.openb import DEFAULT_NODES, TraceError, bundled, load_nodes
+from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
+from gpufleet.sim.traces import TraceJob, load_trace
+
+RAY_MISSING = "--ray needs the 'ray' extra: pip install 'gpufleet[ray]'"
+
+
+class GridError(ValueError):
+    """A sweep spec or a grid point that cannot run; one line naming the file or key."""
+
+
+Settings = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A base profile (parsed TOML data) and the values each dotted key takes."""
+
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+
+    def points(self) -> list[Settings]:
+        """The grid's settings, one dict per run, the first key varying slowest."""
+        keys = list(self.grid)
+        return [
+            dict(zip(keys, values, strict=True))
+            for values in itertools.product(*self.grid.values())
+        ]
+
+    def profile_data(self, settings: Settings) -> dict[str, Any]:
+        """The base profile with ``settings`` laid over it, as ``profile_from_dict`` takes it."""
+        data = copy.deepcopy(self.base)
+        for key, value in settings.items():
+            *tables, leaf = key.split(".")
+            table = data
+            for i, part in enumerate(tables):
+                table = table.setdefault(part, {})
+                if not isinstance(table, dict):
+                    where = ".".join(tables[: i + 1])
+                    raise GridError(f"grid key {key!r}: {where} is not a table in the profile")
+            table[leaf] = value
+        return data
+
+
+@dataclass(frozen=True)
+class Run:
+    """One grid point's settings and its ``metrics.summarize`` summary."""
+
+    settings: Settings
+    summary: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"settings": self.settings, "summary": self.summary}
+
+
+def point_name(settings: Settings) -> str:
+    """A profile name for a point: its settings as ``key=value``, comma-separated."""
+    return ",".join(f"{key}={value}" for key, value in settings.items()) or "base"
+
+
+def load_spec(path: Path) -> SweepSpec:
+    """Read a sweep spec and check every point; ``GridError`` names the file and key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GridError(f"{path}: no such file") from None
+    except OSError as e:
+        raise GridError(f"{path}: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise GridError(f"{path}: not valid TOML: {e}") from None
+    try:
+        spec = spec_from_dict(data, path.parent)
+    except (GridError, ProfileError) as e:
+        raise GridError(f"{path}: {e}") from None
+    return spec
+
+
+def spec_from_dict(data: dict[str, Any], root: Path) -> SweepSpec:
+    """A spec from parsed TOML; a ``profile`` path is read relative to ``root``.
+
+    Raises ``GridError`` for a malformed spec and for the first grid point
+    the profile validation rejects, naming the point and the key.
+    """
+    unknown = sorted(set(data) - {"profile", "grid"})
+    if unknown:
+        raise GridError(f"{unknown[0]}: unknown table; a spec holds 'profile' and 'grid'")
+    base = _base(data.get("profile", {}), root)
+    grid = data.get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise GridError("grid: must be a table of at least one dotted key = [values]")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise GridError(f"grid.{key}: must be a non-empty list of values")
+        for i, value in enumerate(values):
+            if value in values[:i]:
+                raise GridError(f"grid.{key}: {value!r} is listed twice")
+    spec = SweepSpec(base, grid)
+    for settings in spec.points():
+        try:
+            profile_from_dict(spec.profile_data(settings), point_name(settings))
+        except ProfileError as e:
+            raise GridError(f"grid point {point_name(settings)}: {e}") from None
+    return spec
+
+
+def _base(profile: object, root: Path) -> dict[str, Any]:
+    if isinstance(profile, dict):
+        return profile
+    if not isinstance(profile, str):
+        raise GridError("profile: must be a path to a policy file or a [profile] table")
+    path = root / profile
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise GridError(f"profile: {path}: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise GridError(f"profile: {path}: not valid TOML: {e}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[TraceJob]]:
+    """The cluster (``"openb"`` or a node list CSV) and the trace (``FORMAT:PATH``).
+
+    Cached, so a worker process reads them once however many points it runs.
+    Raises ``TraceError`` or ``InvalidSpec`` on bad files.
+    """
+    nodes = load_nodes(bundled(DEFAULT_NODES) if cluster == "openb" else Path(cluster))
+    jobs = load_trace(trace)
+    if not jobs:
+        raise TraceError(trace, None, None, "holds no jobs")
+    return nodes, jobs
+
+
+def run_point(cluster: str, trace: str, data: dict[str, Any], name: str) -> dict[str, Any]:
+    """Replay ``trace`` on ``cluster`` under the profile ``data`` and summarise it.
+
+    Top-level and plain-data in, plain-data out, so it runs in a worker
+    process or as a Ray task. Errors come back as ``GridError``, whose
+    one-argument constructor survives pickling (``TraceError``'s does not).
+    """
+    try:
+        nodes, jobs = load_inputs(cluster, trace)
+        profile = profile_from_dict(data, name)
+        return summarize(replay(nodes, jobs, profile), profile.config.deadline_factor)
+    except (ValueError, InvalidSpec) as e:
+        raise GridError(f"{name}: {e}") from None
+
+
+Done = Callable[[int], None]
+
+
+def run_grid(
+    cluster: str,
+    trace: str,
+    spec: SweepSpec,
+    *,
+    workers: int = 1,
+    ray_address: str | None = None,
+    on_done: Done | None = None,
+) -> list[Run]:
+    """Replay every grid point; the runs come back in grid order.
+
+    Reads the cluster and trace here first, so bad files fail before any
+    run. Without ``ray_address`` the points run on up to ``workers``
+    processes (in this process when that is one); with it, each point is a
+    task on the Ray cluster at that address (``"local"`` starts one here).
+    ``on_done`` hears the count of finished points as they finish.
+    """
+    load_inputs(cluster, trace)
+    points = spec.points()
+    tasks = [(cluster, trace, spec.profile_data(s), point_name(s)) for s in points]
+    if ray_address is not None:
+        summaries = _on_ray(ray_address, tasks, on_done)
+    else:
+        summaries = _on_processes(workers, tasks, on_done)
+    return [Run(s, summary) for s, summary in zip(points, summaries, strict=True)]
+
+
+Task = tuple[str, str, dict[str, Any], str]
+
+
+def _on_processes(workers: int, tasks: Sequence[Task], on_done: Done | None) -> list[Any]:
+    results: list[Any] = [None] * len(tasks)
+    workers = max(1, min(workers, len(tasks)))
+    if workers == 1:
+        for i, task in enumerate(tasks):
+            results[i] = run_point(*task)
+            if on_done is not None:
+                on_done(i + 1)
+        return results
+    # spawn, not fork: the caller may run a progress thread, and a forked
+    # child of a threaded process can deadlock on a lock it copied.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {pool.submit(run_point, *task): i for i, task in enumerate(tasks)}
+        try:
+            for count, future in enumerate(as_completed(futures), start=1):
+                results[futures[future]] = future.result()
+                if on_done is not None:
+                    on_done(count)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+    return results
+
+
+def _on_ray(address: str, tasks: Sequence[Task], on_done: Done | None) -> list[Any]:
+    try:
+        import ray  # an optional extra: imported only when asked for
+    except ImportError:
+        raise GridError(RAY_MISSING) from None
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(run_point)
+        refs = [remote.remote(*task) for task in tasks]
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending)
+            if on_done is not None:
+                on_done(len(refs) - len(pending))
+        return list(ray.get(refs))
+    except ray.exceptions.RayTaskError as e:
+        # The task's own one-line error, not Ray's multi-line traceback.
+        raise GridError(str(e.cause)) from None
+    finally:
+        ray.shutdown()
