@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from gpufleet.cli.main import main
-from gpufleet.sim.grid import GridError, Run, SweepSpec, run_grid, spec_from_dict
+from gpufleet.sim.grid import (
+    GridError,
+    Run,
+    SweepSpec,
+    absolute_paths,
+    run_grid,
+    spec_from_dict,
+)
 
 NODES = str(Path(__file__).parent / "fixtures" / "nodes8x8.csv")
 # Contended enough that FIFO and SJF differ, short enough for ~1 s per replay.
@@ -186,3 +193,17 @@ def test_local_ray_gives_the_serial_results(serial_runs: list[Run]) -> None:
 def test_grid_error_is_one_line() -> None:
     with pytest.raises(GridError, match=r"^grid point ordering\.plugin=lifo: ordering\.plugin"):
         spec_from_dict({"grid": {"ordering.plugin": ["fifo", "lifo"]}}, Path("."))
+
+
+def test_file_paths_travel_as_absolute_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "nodes.csv").write_text("")
+    (tmp_path / "jobs.swf").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert absolute_paths("nodes.csv", "swf:jobs.swf") == (
+        str(tmp_path.resolve() / "nodes.csv"),
+        f"swf:{tmp_path.resolve() / 'jobs.swf'}",
+    )
+    # names that are not files (the bundled cluster, generator options) pass unchanged
+    assert absolute_paths("openb", SMALL) == ("openb", SMALL)

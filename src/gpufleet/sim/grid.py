@@ -182,6 +182,19 @@ def run_point(cluster: str, trace: str, data: dict[str, Any], name: str) -> dict
         raise GridError(f"{name}: {e}") from None
 
 
+def absolute_paths(cluster: str, trace: str) -> tuple[str, str]:
+    """``cluster`` and ``trace`` with existing file paths made absolute.
+
+    A Ray worker need not share this process's working directory.
+    """
+    if Path(cluster).exists():
+        cluster = str(Path(cluster).resolve())
+    name, colon, rest = trace.partition(":")
+    if colon and Path(rest).exists():
+        trace = f"{name}:{Path(rest).resolve()}"
+    return cluster, trace
+
+
 Done = Callable[[int], None]
 
 
@@ -202,6 +215,7 @@ def run_grid(
     task on the Ray cluster at that address (``"local"`` starts one here).
     ``on_done`` hears the count of finished points as they finish.
     """
+    cluster, trace = absolute_paths(cluster, trace)
     load_inputs(cluster, trace)
     points = spec.points()
     tasks = [(cluster, trace, spec.profile_data(s), point_name(s)) for s in points]
