@@ -181,6 +181,17 @@ def test_ray_without_the_extra_names_the_extra(
     )
 
 
+def test_ray_without_a_cluster_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    spec = spec_file(tmp_path, '[grid]\n"backfill.mode" = ["easy"]\n')
+    args = ["sim", "sweep", "--cluster", NODES, "--trace", SMALL, "--spec", str(spec)]
+    assert main([*args, "--ray", "auto"]) == 2  # "auto" attaches to a running cluster only
+    err = capsys.readouterr().err
+    assert err.startswith("error: --ray auto: ") and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_local_ray_gives_the_serial_results(serial_runs: list[Run]) -> None:
     runs = run_grid(NODES, TRACE, spec_from_dict(ORDERINGS, Path(".")), ray_address="local")

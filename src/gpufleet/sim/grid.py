@@ -259,7 +259,10 @@ def _on_ray(address: str, tasks: Sequence[Task], on_done: Done | None) -> list[A
         import ray  # an optional extra: imported only when asked for
     except ImportError:
         raise GridError(RAY_MISSING) from None
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise GridError(f"--ray {address}: {e}") from None
     try:
         remote = ray.remote(run_point)
         refs = [remote.remote(*task) for task in tasks]
