@@ -91,7 +91,7 @@ class Run:
 
 def point_name(settings: Settings) -> str:
     """A profile name for a point: its settings as ``key=value``, comma-separated."""
-    return ",".join(f"{key}={value}" for key, value in settings.items()) or "base"
+    return ",".join(f"{key}={value}" for key, value in settings.items())
 
 
 def load_spec(path: Path) -> SweepSpec:
