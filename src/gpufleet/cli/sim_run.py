@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.adapters.inventory import load_cluster
-from gpufleet.core.model import InvalidSpec, Node
+from gpufleet.core.model import InvalidSpec
+from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
 from gpufleet.sim.metrics import by_group, summarize, write_tables
-from gpufleet.sim.openb import DEFAULT_NODES, TraceError, bundled, load_nodes
+from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import ProfileError, SimProfile, default_profile, load_profile, replay
 from gpufleet.sim.traces import TraceJob, load_trace
 
@@ -73,13 +73,6 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _nodes(cluster: str) -> list[Node]:
-    if cluster == "openb":
-        return load_nodes(bundled(DEFAULT_NODES))
-    path = Path(cluster)
-    return load_cluster(path) if path.suffix == ".toml" else load_nodes(path)
-
-
 @contextmanager
 def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress callback drawing a bar on stderr when stderr is a terminal."""
@@ -104,7 +97,7 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 def _replay_all(
     cluster: str, trace: str, profiles: Sequence[SimProfile]
 ) -> tuple[list[SimResult], list[dict[str, Any]]]:
-    nodes = _nodes(cluster)
+    nodes = load_cluster_arg(cluster)
     jobs: list[TraceJob] = load_trace(trace)
     if not jobs:
         raise TraceError(trace, None, None, "holds no jobs")

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.core.model import InvalidSpec, Node
+from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.metrics import summarize
-from gpufleet.sim.openb import DEFAULT_NODES, TraceError, bundled, load_nodes
+from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
 from gpufleet.sim.traces import TraceJob, load_trace
 
@@ -155,12 +156,12 @@ def _base(profile: object, root: Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[TraceJob]]:
-    """The cluster (``"openb"`` or a node list CSV) and the trace (``FORMAT:PATH``).
+    """The cluster (``"openb"``, a cluster file or a node list CSV) and the trace.
 
     Cached, so a worker process reads them once however many points it runs.
     Raises ``TraceError`` or ``InvalidSpec`` on bad files.
     """
-    nodes = load_nodes(bundled(DEFAULT_NODES) if cluster == "openb" else Path(cluster))
+    nodes = load_cluster_arg(cluster)
     jobs = load_trace(trace)
     if not jobs:
         raise TraceError(trace, None, None, "holds no jobs")
