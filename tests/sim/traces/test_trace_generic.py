@@ -83,6 +83,20 @@ def test_malformed_row_names_row_and_field(
     assert str(err.value).startswith(f"{path}, row {line}: {field}: {reason}")
 
 
+def test_parquet_holds_the_same_jobs_as_csv(
+    fixture: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # The same table written as Parquet with the column types pyarrow infers
+    # (integers as int64, empty cells as nulls), as a data pipeline would.
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    source = fixture("generic.csv")
+    path = tmp_path / "generic.parquet"
+    pq.write_table(pa_csv.read_csv(source), path)
+    assert load_generic(path) == load_generic(source)
+
+
 def test_parquet_without_pyarrow_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
