@@ -95,11 +95,19 @@ def _fit(
 
 
 def model_mask(state: ClusterState, r: Request) -> BoolArray:
-    """Which of the state's GPU models the request accepts (one extra slot for 'none')."""
-    ok = np.ones(len(state.models) + 1, dtype=np.bool_)
-    if r.gpu_models:
-        ok[: len(state.models)] = [m in r.gpu_models for m in state.models]
-    ok[-1] = False  # gpu_model -1 marks padding: index -1 lands here
+    """Which of the state's GPU models the request accepts (one extra slot for 'none').
+
+    Read-only and shared: every request with the same allowed models gets the
+    same array, built once per state.
+    """
+    ok = state.model_masks.get(r.gpu_models)
+    if ok is None:
+        ok = np.ones(len(state.models) + 1, dtype=np.bool_)
+        if r.gpu_models:
+            ok[: len(state.models)] = [m in r.gpu_models for m in state.models]
+        ok[-1] = False  # gpu_model -1 marks padding: index -1 lands here
+        ok.flags.writeable = False
+        state.model_masks[r.gpu_models] = ok
     return ok
 
 

@@ -59,6 +59,8 @@ class ClusterState:
         g = max((len(node.gpus) for node in self.nodes), default=0)
         self.models: list[str] = sorted({gpu.model for node in self.nodes for gpu in node.gpus})
         model_id = {m: i for i, m in enumerate(self.models)}
+        # Which models each set of allowed models admits (core.fit.model_mask's cache).
+        self.model_masks: dict[frozenset[str], BoolArray] = {}
 
         self.cpu_total = np.array([x.cpu_milli for x in self.nodes], dtype=np.int64)
         self.mem_total = np.array([x.memory_mib for x in self.nodes], dtype=np.int64)
