@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.core import mig
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.model import GPU, InvalidSpec, Node
@@ -141,14 +141,9 @@ def load_cluster(path: Path | str) -> list[Node]:
     """
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            doc = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ClusterFileError(path, None, None, "no such file") from None
-    except OSError as e:
-        raise ClusterFileError(path, None, None, e.strerror or str(e)) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ClusterFileError(path, None, None, f"not valid TOML: {e}") from None
+        doc = read_toml(path)
+    except UnreadableToml as e:
+        raise ClusterFileError(path, None, None, str(e)) from None
     for key in doc:
         if key != "nodes":
             raise ClusterFileError(path, None, key, "unknown key (known: nodes)")

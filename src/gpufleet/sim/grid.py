@@ -25,13 +25,13 @@ import copy
 import functools
 import itertools
 import multiprocessing
-import tomllib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.core.model import InvalidSpec, Node
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.metrics import summarize
@@ -98,13 +98,9 @@ def point_name(settings: Settings) -> str:
 def load_spec(path: Path) -> SweepSpec:
     """Read a sweep spec and check every point; ``GridError`` names the file and key."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GridError(f"{path}: no such file") from None
-    except OSError as e:
-        raise GridError(f"{path}: {e.strerror or e}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise GridError(f"{path}: not valid TOML: {e}") from None
+        data = read_toml(path)
+    except UnreadableToml as e:
+        raise GridError(f"{path}: {e}") from None
     try:
         spec = spec_from_dict(data, path.parent)
     except (GridError, ProfileError) as e:
@@ -147,11 +143,9 @@ def _base(profile: object, root: Path) -> dict[str, Any]:
         raise GridError("profile: must be a path to a policy file or a [profile] table")
     path = root / profile
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise GridError(f"profile: {path}: {e.strerror or e}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise GridError(f"profile: {path}: not valid TOML: {e}") from None
+        return read_toml(path)
+    except UnreadableToml as e:
+        raise GridError(f"profile: {path}: {e}") from None
 
 
 @functools.lru_cache(maxsize=1)

@@ -24,7 +24,6 @@ with one line naming the file and the key.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
@@ -78,13 +78,9 @@ def default_profile() -> SimProfile:
 def load_profile(path: Path) -> SimProfile:
     """Read and check a profile; ``ProfileError`` names the file and key on bad input."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ProfileError(f"{path}: {e.strerror or e}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{path}: not valid TOML: {e}") from None
+        data = read_toml(path)
+    except UnreadableToml as e:
+        raise ProfileError(f"{path}: {e}") from None
     try:
         return profile_from_dict(data, path.stem)
     except ProfileError as e:
