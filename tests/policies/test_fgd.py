@@ -200,3 +200,21 @@ def test_scarcity_charges_gpu_taken_from_a_model_under_pressure() -> None:
     scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
     charged = FragmentationGradient(workload, scarce).score(ctx)
     assert (charged - plain).tolist() == [-1500.0, 1500.0]
+
+
+def test_popularity_keeps_the_most_common_types_and_renormalises() -> None:
+    # 6 tasks: 3 x one GPU, 2 x half a GPU, 1 x eight GPUs.
+    # popularity 0.8 needs 4.8 tasks: one GPU (3) then half (5) covers it;
+    # the 8-GPU type is dropped and the kept ones renormalise to 3/5 and 2/5.
+    requests = [job().gpus(1).build()] * 3 + [job().fraction(500).build()] * 2
+    requests += [job().gpus(8).build()]
+    kept = Workload.from_requests(requests, ["A100-80GB"], popularity=0.8)
+    types = zip(kept.gpus.tolist(), kept.milli.tolist(), kept.freq.tolist(), strict=True)
+    assert sorted(types) == [
+        (1, 500, 0.4),
+        (1, 1000, 0.6),
+    ]
+    everything = Workload.from_requests(requests, ["A100-80GB"])
+    assert len(everything.freq) == 3
+    with pytest.raises(ValueError, match="popularity"):
+        Workload.from_requests(requests, ["A100-80GB"], popularity=0.0)
