@@ -80,6 +80,15 @@ class AccountTree:
         shares: list[float] = [1.0]
         priority: list[int] = [0]
         index = {ROOT: 0}
+
+        def add(name: str, p: int, node_shares: float, node_priority: int | None) -> int:
+            """Append one association under parent ``p``; it inherits a missing priority."""
+            names.append(name)
+            parent.append(p)
+            shares.append(node_shares)
+            priority.append(priority[p] if node_priority is None else node_priority)
+            return len(names) - 1
+
         # Parents before children: place each account after walking up to a placed ancestor.
         for acct in accounts:
             chain: list[Account] = []
@@ -98,12 +107,7 @@ class AccountTree:
                     break
                 cursor = by_name[cursor.parent]
             for a in reversed(chain):
-                p = index[a.parent]
-                index[a.name] = len(names)
-                names.append(a.name)
-                parent.append(p)
-                shares.append(a.shares)
-                priority.append(priority[p] if a.priority is None else a.priority)
+                index[a.name] = add(a.name, index[a.parent], a.shares, a.priority)
         n_accounts = len(names)
 
         # account -> user -> index: two lookups allocate nothing, unlike a tuple key
@@ -118,12 +122,7 @@ class AccountTree:
             if user.name in members:
                 raise InvalidSpec(key, f"associated with account {user.account!r} twice")
             _check(key, user.shares, user.priority)
-            p = index[user.account]
-            members[user.name] = len(names)
-            names.append(user.name)
-            parent.append(p)
-            shares.append(user.shares)
-            priority.append(priority[p] if user.priority is None else user.priority)
+            members[user.name] = add(user.name, index[user.account], user.shares, user.priority)
 
         self._accounts = index
         self.names: tuple[str, ...] = tuple(names)

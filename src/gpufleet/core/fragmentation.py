@@ -195,7 +195,8 @@ def _frag(
             for g in range(free.shape[0]):
                 if free[g] >= th:
                     c += 1
-                    n += free[g] // th
+                    if cap_w > 0.0:
+                        n += free[g] // th
                 else:
                     b += free[g]
         count[j] = c
@@ -321,7 +322,8 @@ class FragmentationMeter:
         )
         # Memory enters the measure only when the workload's types carry it;
         # otherwise it must not split otherwise equal node states.
-        self._mem = state.mem_free if workload.memory.any() else np.zeros_like(state.mem_free)
+        self._uses_memory = bool(workload.memory.any())
+        self._mem = state.mem_free if self._uses_memory else np.zeros_like(state.mem_free)
         self._frag = np.zeros(state.num_nodes, dtype=np.float64)
         self._digest = np.zeros(state.num_nodes, dtype=np.uint64)
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
@@ -349,7 +351,7 @@ class FragmentationMeter:
         """Fragmentation of each (node, GPU) option's node once ``request`` is placed."""
         st = self.state
         self.per_node()  # refreshes the state digests the kernel deduplicates by
-        req_mem = request.memory_mib if self.workload.memory.any() else 0
+        req_mem = request.memory_mib if self._uses_memory else 0
         return _frag_after(
             st.gpu_milli_free, st.cpu_free, self._mem, self.model, self._digest, nodes, gpus,
             request.cpu_milli, req_mem, request.gpu_count, request.milli_per_gpu, self._w,
