@@ -107,6 +107,44 @@ def test_weights_sum_normalised_scores() -> None:
     assert placed is not None and placed[0].node == 2
 
 
+class NodeCost:
+    """A tier: each option costs what ``costs`` says for its node."""
+
+    def __init__(self, *costs: float) -> None:
+        self.costs = np.array(costs)
+        self.seen: list[list[int]] = []
+
+    def cost(self, ctx: PlacementContext) -> FloatArray:
+        self.seen.append(ctx.options.node.tolist())
+        out: FloatArray = self.costs[ctx.options.node]
+        return out
+
+
+def test_a_tier_outranks_every_scorer() -> None:
+    # Prefer(1) would take node 1, but the tier keeps only the cheapest nodes, 2 and 3;
+    # no scorer then prefers either, so the lower index wins.
+    tier = NodeCost(1.0, 0.5, 0.0, 0.0)
+    p = Placer(PlacementProfile("t", [(Prefer(1), 1.0)], tiers=[tier]))
+    placed = p.place(four_identical(), job().gpus(1).build())
+    assert placed is not None and placed[0].node == 2
+
+
+def test_tiers_narrow_in_order_and_scorers_see_what_is_left() -> None:
+    first, second = NodeCost(0.0, 0.0, 0.0, 1.0), NodeCost(1.0, 1.0, 0.0, 0.0)
+    p = Placer(PlacementProfile("t", [(Prefer(1), 1.0)], tiers=[first, second]))
+    placed = p.place(four_identical(), job().gpus(1).build())
+    # first keeps 0, 1, 2; second sees those and keeps 2.
+    assert first.seen == [[0, 1, 2, 3]] and second.seen == [[0, 1, 2]]
+    assert placed is not None and placed[0].node == 2
+
+
+def test_costs_within_the_slack_tie() -> None:
+    # Floating-point noise must not decide: 1e-12 apart is equal, Prefer(1) decides.
+    p = Placer(PlacementProfile("t", [(Prefer(1), 1.0)], tiers=[NodeCost(1e-12, 0.0, 1.0, 1.0)]))
+    placed = p.place(four_identical(), job().gpus(1).build())
+    assert placed is not None and placed[0].node == 1
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

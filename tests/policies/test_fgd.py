@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from builders import cluster, job, node, placer
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure
+from gpufleet.core import fragmentation
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure, stranded
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode
 from gpufleet.core.state import Assignment, ClusterState
@@ -218,3 +219,74 @@ def test_popularity_keeps_the_most_common_types_and_renormalises() -> None:
     assert len(everything.freq) == 3
     with pytest.raises(ValueError, match="popularity"):
         Workload.from_requests(requests, ["A100-80GB"], popularity=0.0)
+
+
+@pytest.mark.parametrize(
+    ("gpu_free", "cpu_free", "memory_free", "expected"),
+    [
+        # Workload: 1 GPU with 12 CPUs and 96 GiB -> 12 milli-CPU and 98.304 MiB per milli-GPU.
+        (8000, 96_000, 786_432, 0.0),  # CPU and memory both carry 8000
+        (8000, 32_000, 786_432, 8000 - 32_000 / 12),  # CPU carries 2666.7
+        (8000, 96_000, 98_304, 7000.0),  # memory carries 1000
+        (1000, 0, 0, 1000.0),  # nothing carried
+        (0, 0, 0, 0.0),  # no GPU, nothing stranded
+    ],
+)
+def test_stranded_gpu_is_what_cpu_and_memory_cannot_carry(
+    gpu_free: int, cpu_free: int, memory_free: int, expected: float
+) -> None:
+    workload = Workload.from_requests(
+        [job().gpus(1).cpu(12_000).memory(98_304).build(), job().cpu(4000).build()],
+        ["A100-80GB"],
+        memory=True,
+    )
+    # The CPU-only type brings no GPU, so it does not enter the ratios.
+    assert (workload.cpu_per_milli, workload.memory_per_milli) == (12.0, 98.304)
+    got = stranded(np.array([gpu_free]), np.array([cpu_free]), np.array([memory_free]), workload)
+    assert got.tolist() == [pytest.approx(expected)]
+
+
+def test_stranding_ignores_memory_unless_the_measure_counts_it() -> None:
+    workload = Workload.from_requests(
+        [job().gpus(1).cpu(12_000).memory(98_304).build()], ["A100-80GB"]
+    )
+    assert workload.memory_per_milli == 0.0
+    assert stranded(np.array([1000]), np.array([12_000]), np.array([0]), workload).tolist() == [0]
+
+
+def test_stranding_charges_cpu_taken_from_gpu_nodes() -> None:
+    # Workload: 1 GPU with 12 CPUs -> 12 milli-CPU per milli-GPU. A CPU-only task of 20 CPUs:
+    # a: 2 GPUs, 24 CPUs: before carries 2000 (0 stranded); after 4 CPUs carry 333.3
+    #    -> 1666.7 stranded, charged 3 x 1666.7 = 5000
+    # b: 2 GPUs, 100 CPUs: after 80 CPUs carry 6666.7 -> 0 stranded, no charge.
+    state = cluster(node("a").gpus(2).cpu(24_000), node("b").gpus(2).cpu(100_000))
+    workload = [job().gpus(1).cpu(12_000).build()]
+    ctx = placer().context(state, job().cpu(20_000).build(), Mode.NOW)
+    plain = FragmentationGradient(workload, EXACT).score(ctx)
+    args = FragmentationArgs(resolution="exact", stranding_weight=3.0)
+    charged = FragmentationGradient(workload, args).score(ctx)
+    assert (charged - plain).tolist() == [pytest.approx(-5000.0), 0.0]
+
+
+def test_remembered_states_give_what_a_fresh_meter_computes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Four memo slots force evictions and slot sharing; every answer must still be
+    # what a meter that has seen nothing before computes.
+    monkeypatch.setattr(fragmentation, "MEMO_SLOTS", 4)
+    workload = [*ONE_AND_HALF, job().fraction(300).cpu(2000).build()]
+    state = cluster(*(node(f"n{i}").gpus(4).cpu(16_000) for i in range(5)))
+    kept = meter(state, workload)
+    rng = np.random.default_rng(7)
+    shapes = [job().fraction(300).cpu(2000), job().fraction(500), job().gpus(1).cpu(1000)]
+    for _ in range(30):
+        r = shapes[int(rng.integers(len(shapes)))].build()
+        ctx = placer().context(state, r, Mode.NOW)
+        if not len(ctx.options):
+            break
+        o = ctx.options
+        assert kept.after(o.node, o.gpu, r).tolist() == meter(state, workload).after(
+            o.node, o.gpu, r
+        ).tolist()
+        k = int(rng.integers(len(o)))
+        state.allocate(placer().assignment(ctx, k))

@@ -86,3 +86,9 @@ def test_unknown_policy_names_the_known_ones() -> None:
     assert all(name in message for name in PLACEMENT)
     assert "\n" not in message
     assert isinstance(err.value, ValueError)
+
+
+def test_default_packs_shares_before_fragmentation_scores() -> None:
+    profile = placement_profile("default", workload=WORKLOAD)
+    assert [type(t).NAME for t in profile.tiers] == ["share-packing"]  # type: ignore[attr-defined]
+    assert [type(s).NAME for s, _ in profile.scorers] == ["fgd"]  # type: ignore[attr-defined]

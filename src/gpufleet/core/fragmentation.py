@@ -23,11 +23,20 @@ fragment. The paper's measure asks only whether one more task fits, so it
 misses that eight free GPUs with CPU left for one task are mostly stranded.
 A profile may blend both.
 
+Both measures ask about one node and the types one at a time. A third,
+*stranding*, looks at the balance between a node's resources: the workload's
+GPU tasks bring, on average, ``cpu_per_milli`` milli-CPU and
+``memory_per_milli`` MiB per milli-GPU they ask for, so a node can expect to
+use only as much of its free GPU capacity as its free CPU and memory can
+carry at those ratios. The rest is stranded (``stranded``).
+
 The hot loops are compiled with numba: a fill run evaluates millions of
 hypothetical node states, and that is the cost of fragmentation-aware
 placement. Nodes in the same state (model, free CPU and memory, the multiset
-of free milli-GPU) have the same fragmentation, so each distinct option is
-evaluated once: on openb that cuts the work about sevenfold.
+of free milli-GPU) have the same fragmentation, so a node state and request
+are evaluated once and remembered: within one placement, options in equal
+states share the work, and across placements the nodes the last placement
+left untouched are not evaluated again for the same kind of request.
 """
 
 from __future__ import annotations
@@ -69,6 +78,8 @@ class Workload:
     level: IntArray
     fit_weight: float = 1.0
     capacity_weight: float = 0.0
+    cpu_per_milli: float = 0.0
+    memory_per_milli: float = 0.0
 
     @classmethod
     def from_requests(
@@ -113,6 +124,8 @@ class Workload:
             covered += counts[k]
         keys = sorted(kept, key=lambda k: (k[2], k[1], k[0], sorted(k[3]), k[4]))
         total = covered
+        gpu_keys = [k for k in keys if k[1]]
+        gpu_milli = sum(counts[k] * k[1] * k[2] for k in gpu_keys)
         threshold = np.array(sorted({k[2] for k in keys}), dtype=np.int64)
         ok = np.array(
             [[not k[3] or m in k[3] for m in models] or [True] for k in keys], dtype=np.bool_
@@ -128,10 +141,34 @@ class Workload:
             level=np.searchsorted(threshold, [k[2] for k in keys]).astype(np.int64),
             fit_weight=fit_weight,
             capacity_weight=capacity_weight,
+            cpu_per_milli=sum(counts[k] * k[0] for k in gpu_keys) / max(gpu_milli, 1),
+            memory_per_milli=sum(counts[k] * k[4] for k in gpu_keys) / max(gpu_milli, 1),
         )
 
 
+def stranded(
+    gpu_free: IntArray, cpu_free: IntArray, memory_free: IntArray, workload: Workload
+) -> FloatArray:
+    """Free milli-GPU that the free CPU and memory beside it cannot carry.
+
+    At the workload's average ratios, ``cpu_free`` milli-CPU carries
+    ``cpu_free / cpu_per_milli`` milli-GPU of tasks, and likewise for memory;
+    whatever GPU capacity exceeds the smaller of the two is stranded. A ratio
+    of zero (a workload that does not ask for the resource) strands nothing.
+    """
+    carried = np.full(len(gpu_free), np.inf)
+    ratios = ((cpu_free, workload.cpu_per_milli), (memory_free, workload.memory_per_milli))
+    for free, ratio in ratios:
+        if ratio > 0:
+            carried = np.minimum(carried, np.maximum(free, 0) / ratio)
+    out: FloatArray = np.maximum(gpu_free - carried, 0.0)
+    return out
+
+
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+# Slots of the memo of evaluated node states (a power of two): 4 MiB of keys
+# and values, enough that a fill run rarely evicts a state it will ask again.
+MEMO_SLOTS = 1 << 18
 
 
 def model_pressure(workload: Workload, state: ClusterState) -> FloatArray:
@@ -265,32 +302,37 @@ def _frag_after(
     req_gpus: int,
     req_milli: int,
     w: WorkloadArrays,
+    memo_key: npt.NDArray[np.uint64],
+    memo_value: FloatArray,
 ) -> FloatArray:
     """Fragmentation of each option's node after the request is placed there.
 
     A fractional option takes ``req_milli`` from GPU ``opt_gpu``; a whole-GPU
     option takes ``req_gpus`` GPUs that are entirely free (which ones does not
-    change the node's fragmentation). Options whose node state and chosen
-    GPU's free milli agree are one evaluation.
+    change the node's fragmentation). The result depends only on the node's
+    state, the chosen GPU's free milli and the request, so it is memoised
+    under their digest in ``memo_key``/``memo_value`` (a direct-mapped table
+    whose slots later digests overwrite): options in the same state are one
+    evaluation, and so are the many nodes a placement leaves untouched when
+    the same kind of request comes again.
     """
     k_opts = opt_node.shape[0]
     out = np.empty(k_opts, dtype=np.float64)
-    key = np.empty(k_opts, dtype=np.uint64)
-    for k in range(k_opts):
-        i = opt_node[k]
-        key[k] = _mix(digest[i], free[i, opt_gpu[k]] if opt_gpu[k] >= 0 else -1)
-    order = np.argsort(key)
+    req = _mix(_mix(_mix(np.uint64(req_cpu), req_mem), req_gpus), req_milli)
+    mask = np.uint64(memo_key.shape[0] - 1)
     j = w[5].shape[0]
     count = np.empty(j, dtype=np.int64)
     below = np.empty(j, dtype=np.int64)
     slots = np.empty(j, dtype=np.int64)
     row = np.empty(free.shape[1], dtype=np.int64)
-    for r in range(k_opts):
-        k = order[r]
-        if r > 0 and key[k] == key[order[r - 1]]:
-            out[k] = out[order[r - 1]]
-            continue
+    for k in range(k_opts):
         i = opt_node[k]
+        chosen = free[i, opt_gpu[k]] if opt_gpu[k] >= 0 else -1
+        key = (_mix(digest[i], chosen) ^ req) | np.uint64(1)
+        slot = key & mask
+        if memo_key[slot] == key:
+            out[k] = memo_value[slot]
+            continue
         for g in range(free.shape[1]):
             row[g] = free[i, g]
         if opt_gpu[k] >= 0:
@@ -302,6 +344,8 @@ def _frag_after(
                     row[g] -= req_milli
                     left -= 1
         out[k] = _frag(row, cpu[i] - req_cpu, mem[i] - req_mem, model[i], w, count, below, slots)
+        memo_key[slot] = key
+        memo_value[slot] = out[k]
     return out
 
 
@@ -327,6 +371,9 @@ class FragmentationMeter:
         self._frag = np.zeros(state.num_nodes, dtype=np.float64)
         self._digest = np.zeros(state.num_nodes, dtype=np.uint64)
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
+        # Zero marks an empty slot: digests always have their low bit set.
+        self._memo_key = np.zeros(MEMO_SLOTS, dtype=np.uint64)
+        self._memo_value = np.zeros(MEMO_SLOTS, dtype=np.float64)
         self._w: WorkloadArrays = (
             workload.cpu, workload.memory, workload.gpus, workload.freq, workload.model_ok,
             workload.threshold, workload.level, workload.fit_weight, workload.capacity_weight,
@@ -355,4 +402,5 @@ class FragmentationMeter:
         return _frag_after(
             st.gpu_milli_free, st.cpu_free, self._mem, self.model, self._digest, nodes, gpus,
             request.cpu_milli, req_mem, request.gpu_count, request.milli_per_gpu, self._w,
+            self._memo_key, self._memo_value,
         )

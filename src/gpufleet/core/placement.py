@@ -12,7 +12,10 @@ framework does:
    same free milli-GPU and memory on a node are one option: the lowest index
    stands for them). Whole-GPU, MIG and CPU-only requests have one option per
    node; the ``GpuPicker`` chooses which GPUs or instances on that node.
-3. **Score.** Each ``Scorer`` rates every option; scores are min-max
+3. **Tier.** Each ``Tier`` plugin, in order, charges every option a cost,
+   and only the options at the lowest cost go on. A tier outranks every
+   scorer: it is for criteria that must not be traded against the others.
+4. **Score.** Each ``Scorer`` rates every option left; scores are min-max
    normalised to 0..100 over the options and summed with the profile's
    weights. The highest total wins; ties go to the lowest option index, which
    is the lowest node index, so placement is deterministic.
@@ -95,6 +98,14 @@ class PlacementContext:
     def cpu_free_after(self) -> IntArray:
         return self.state.cpu_free[self.options.node] - self.request.cpu_milli
 
+    def narrowed(self, keep: BoolArray) -> PlacementContext:
+        """The same request with only the options where ``keep`` is true."""
+        o = self.options
+        return PlacementContext(
+            self.state, self.request, self.feasible, Options(o.node[keep], o.gpu[keep]),
+            self.gang_nodes,
+        )
+
     def chosen_gpu_free_after(self) -> IntArray:
         """For fractional options: the free milli-GPU left on the chosen GPU."""
         o = self.options
@@ -121,6 +132,21 @@ class Scorer(Protocol):
     def score(self, ctx: PlacementContext) -> FloatArray: ...
 
 
+class Tier(Protocol):
+    """Which options are worth scoring at all? Return a cost per option, lower is better.
+
+    Only the options within ``TIER_SLACK`` of the lowest cost reach the next
+    tier and the scorers. Reads the context only; pure and idempotent.
+    """
+
+    def cost(self, ctx: PlacementContext) -> FloatArray: ...
+
+
+# Costs closer than this count as equal, so floating-point noise in a tier's
+# arithmetic does not decide placements.
+TIER_SLACK = 1e-9
+
+
 class GpuPicker(Protocol):
     """Which GPUs on the chosen node a whole-GPU request gets.
 
@@ -140,12 +166,13 @@ class LowestIndex:
 
 @dataclass
 class PlacementProfile:
-    """A named set of filters, weighted scorers and a GPU picker."""
+    """A named set of filters, tiers, weighted scorers and a GPU picker."""
 
     name: str
     scorers: Sequence[tuple[Scorer, float]]
     filters: Sequence[Filter] = ()
     picker: GpuPicker = field(default_factory=LowestIndex)
+    tiers: Sequence[Tier] = ()
 
 
 class Statement:
@@ -218,9 +245,21 @@ class Placer:
 
     def choose(self, ctx: PlacementContext) -> int:
         """Index of the best option (ties to the lowest); -1 if there is none."""
-        k = len(ctx.options)
-        if k == 0:
+        if len(ctx.options) == 0:
             return -1
+        index = np.arange(len(ctx.options))
+        for tier in self.profile.tiers:
+            if len(index) == 1:
+                break
+            cost = tier.cost(ctx)
+            keep = cost <= cost.min() + TIER_SLACK
+            if not keep.all():
+                ctx, index = ctx.narrowed(keep), index[keep]
+        return int(index[self._best(ctx)])
+
+    def _best(self, ctx: PlacementContext) -> int:
+        """Index of the highest-scoring option in ``ctx`` (ties to the lowest)."""
+        k = len(ctx.options)
         scorers = self.profile.scorers
         if k == 1 or not scorers:
             return 0

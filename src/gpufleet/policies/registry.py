@@ -16,23 +16,33 @@ from gpufleet.policies.placement.fit import (
     Random,
     RandomArgs,
 )
+from gpufleet.policies.placement.share import SharePacking
 from gpufleet.policies.placement.topology import Topology, TopologyPicker
 
 Builder = Callable[[Sequence[Request], int], PlacementProfile]
 
 
 DEFAULT_FRAGMENTATION = FragmentationArgs(
-    memory=True, fit_weight=1.0, capacity_weight=1.0, scarcity_weight=3.0, resolution="exact"
+    memory=True,
+    fit_weight=1.0,
+    capacity_weight=1.0,
+    scarcity_weight=3.0,
+    stranding_weight=3.0,
+    resolution="exact",
 )
 
 
 def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
-    """FGD generalised (host memory counts, the capacity measure joins the paper's) picks
-    the node; on it, a multi-GPU task gets GPUs that share an NVLink domain or NUMA node."""
+    """A fractional task goes only where an optimal packing of the workload's shares
+    would put it; among those places, FGD generalised (host memory counts, the
+    capacity measure joins the paper's, model pressure and stranded GPUs cost)
+    picks the node; on it, a multi-GPU task gets GPUs that share an NVLink
+    domain or NUMA node."""
     return PlacementProfile(
         "default",
         scorers=[(FragmentationGradient(workload, DEFAULT_FRAGMENTATION), 1.0)],
         picker=TopologyPicker(),
+        tiers=[SharePacking(workload)],
     )
 
 

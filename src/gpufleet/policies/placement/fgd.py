@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure, stranded
 from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
@@ -38,7 +38,9 @@ class FragmentationArgs(BaseModel):
     keep only the most common task types covering this share of all tasks.
     ``scarcity_weight``: charge GPU taken from a model in demand by constrained
     types (``core.fragmentation.model_pressure``), in milli-GPU per milli-GPU
-    of excess pressure.
+    of excess pressure. ``stranding_weight``: charge GPU capacity that the node's
+    free CPU and memory could no longer carry at the workload's ratios
+    (``core.fragmentation.stranded``), in milli-GPU per milli-GPU stranded.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +48,7 @@ class FragmentationArgs(BaseModel):
     fit_weight: float = Field(1.0, ge=0)
     capacity_weight: float = Field(0.0, ge=0)
     scarcity_weight: float = Field(0.0, ge=0)
+    stranding_weight: float = Field(0.0, ge=0)
     popularity: float = Field(1.0, gt=0, le=1)
     resolution: Literal["paper", "exact"] = "paper"
 
@@ -86,7 +89,21 @@ class FragmentationGradient:
             r = ctx.request
             pressure = self._pressure[meter.model[o.node]]
             delta -= self.args.scarcity_weight * (pressure - 1.0) * r.gpu_count * r.milli_per_gpu
+        if self.args.stranding_weight:
+            delta -= self.args.stranding_weight * self._stranding(ctx, meter.workload)
         if self.args.resolution == "exact":
             return delta
         rounded: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
         return rounded
+
+    @staticmethod
+    def _stranding(ctx: PlacementContext, workload: Workload) -> FloatArray:
+        """How much more GPU capacity each option's node strands after the placement."""
+        st, r, node = ctx.state, ctx.request, ctx.options.node
+        gpu, cpu, mem = st.gpu_free_sum[node], st.cpu_free[node], st.mem_free[node]
+        before = stranded(gpu, cpu, mem, workload)
+        after = stranded(
+            gpu - r.gpu_count * r.milli_per_gpu, cpu - r.cpu_milli, mem - r.memory_mib, workload
+        )
+        grown: FloatArray = after - before
+        return grown

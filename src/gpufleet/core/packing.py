@@ -1,0 +1,136 @@
+"""What a GPU's free share is worth to the workload: dual prices of share packing.
+
+Fractional tasks pack onto GPUs the way items pack into bins of 1000
+milli-GPU. When the mix of share sizes is known (the workload), the best any
+scheduler can do is the fractional bin-packing optimum: the linear program
+over packing patterns (multisets of share sizes that fit one GPU)
+
+    minimise   sum_p x_p                   (GPUs used)
+    subject to sum_p a_sp x_p >= d_s       (every size s is packed)
+               x_p >= 0
+
+(Gilmore and Gomory's cutting-stock LP). Its dual assigns each size a
+*price* pi_s, the share of a GPU that a task of that size is worth in an
+optimal packing: every pattern's prices sum to at most one GPU and the
+patterns an optimal packing uses sum to exactly one.
+
+A GPU with ``f`` milli-GPU free is then worth ``K(f)``, the most that sizes
+fitting in ``f`` can fetch at those prices (an unbounded knapsack). Placing
+a share of size ``s`` on it forgoes
+
+    loss(f, s) = K(f) - pi_s - K(f - s) >= 0
+
+of a GPU: zero when the share is part of some optimal way to finish the GPU,
+positive when it spoils the GPU for better-matched sizes (a 320 in the 530
+that a 470 leaves, where another 470 would have fitted with 60 to spare).
+A fresh GPU is worth ``K(1000) = 1``, so opening one for a size that belongs
+in an optimal pattern costs nothing. Sizes whose supply of leftover space
+exceeds their demand (the rare 50-160 milli shares beside 810-milli tasks on
+openb) get price zero: they are free to go wherever they fit.
+
+The LP is solved by column generation: start from one single-size pattern
+per size, and add the pattern the knapsack at the current prices values
+above one until none does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linprog
+
+from gpufleet.core.state import IntArray
+
+FloatArray = npt.NDArray[np.float64]
+
+GPU_MILLI = 1000
+# Slack for floating-point comparisons of prices, which are fractions of a GPU.
+EPS = 1e-9
+MAX_ROUNDS = 500
+
+
+@dataclass(frozen=True)
+class SharePrices:
+    """Dual prices of share packing and the value of each free amount.
+
+    ``sizes`` and ``prices`` are aligned; ``value[f]`` is ``K(f)`` for ``f``
+    in 0..``capacity``; ``gpus`` is the LP optimum, the fractional number of
+    GPUs the demand needs.
+    """
+
+    sizes: IntArray
+    prices: FloatArray
+    value: FloatArray
+    gpus: float
+    capacity: int = GPU_MILLI
+
+    def price(self, size: int) -> float:
+        """The price of ``size``. A size outside the workload is charged the value
+        of the space it takes, ``K(size)``: it displaces what would have fitted there."""
+        i = int(np.searchsorted(self.sizes, size))
+        if i < len(self.sizes) and self.sizes[i] == size:
+            return float(self.prices[i])
+        return float(self.value[min(size, self.capacity)])
+
+    def loss(self, free: IntArray, size: int) -> FloatArray:
+        """GPU-fractions forgone by placing ``size`` on GPUs with ``free`` milli-GPU free
+        (each ``free`` >= ``size``)."""
+        f = np.minimum(free, self.capacity)
+        out: FloatArray = self.value[f] - self.price(size) - self.value[f - size]
+        return np.maximum(out, 0.0)
+
+
+def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[FloatArray, IntArray]:
+    """Unbounded knapsack: best value for every capacity, and the last size taken
+    (-1 where the best is to leave a milli-GPU unused)."""
+    value = np.zeros(capacity + 1)
+    last = np.full(capacity + 1, -1, dtype=np.int64)
+    for f in range(1, capacity + 1):
+        value[f] = value[f - 1]
+        fits = sizes <= f
+        if fits.any():
+            gain = prices[fits] + value[f - sizes[fits]]
+            k = int(np.argmax(gain))
+            if gain[k] > value[f] + EPS:
+                value[f] = gain[k]
+                last[f] = int(np.flatnonzero(fits)[k])
+    return value, last
+
+
+def share_prices(demand: Mapping[int, float], capacity: int = GPU_MILLI) -> SharePrices:
+    """Solve the packing LP for ``demand`` (share size in milli-GPU -> how many or how often).
+
+    Sizes must be in 1..``capacity``; weights must be positive.
+    """
+    if not demand:
+        empty = np.zeros(0, dtype=np.int64)
+        return SharePrices(empty, np.zeros(0), np.zeros(capacity + 1), 0.0, capacity)
+    sizes = np.array(sorted(demand), dtype=np.int64)
+    if sizes[0] < 1 or sizes[-1] > capacity:
+        raise ValueError(f"share sizes must be in 1..{capacity} milli-GPU, got {sizes.tolist()}")
+    need = np.array([demand[int(s)] for s in sizes], dtype=np.float64)
+    if (need <= 0).any():
+        raise ValueError("share demand must be positive for every size")
+    patterns = [np.where(np.arange(len(sizes)) == i, capacity // s, 0) for i, s in enumerate(sizes)]
+    for _ in range(MAX_ROUNDS):
+        a = np.array(patterns, dtype=np.float64).T
+        res = linprog(np.ones(len(patterns)), A_ub=-a, b_ub=-need, bounds=(0, None), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"the share-packing LP failed: {res.message}")
+        prices = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=np.float64), 0.0)
+        value, last = _knapsack(sizes, prices, capacity)
+        if value[capacity] <= 1.0 + EPS:
+            return SharePrices(sizes, prices, value, float(res.fun), capacity)
+        pattern = np.zeros(len(sizes), dtype=np.int64)
+        f = capacity
+        while f > 0:
+            if last[f] < 0:
+                f -= 1
+            else:
+                pattern[last[f]] += 1
+                f -= int(sizes[last[f]])
+        patterns.append(pattern)
+    raise RuntimeError(f"share-packing prices did not settle in {MAX_ROUNDS} rounds")
