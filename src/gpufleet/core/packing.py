@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 from scipy.optimize import linprog
 
 from gpufleet.core.state import IntArray
@@ -83,6 +84,7 @@ class SharePrices:
         return np.maximum(out, 0.0)
 
 
+@njit(cache=True, nogil=True)
 def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[FloatArray, IntArray]:
     """Unbounded knapsack: best value for every capacity, and the last size taken
     (-1 where the best is to leave a milli-GPU unused)."""
@@ -90,13 +92,10 @@ def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[Float
     last = np.full(capacity + 1, -1, dtype=np.int64)
     for f in range(1, capacity + 1):
         value[f] = value[f - 1]
-        fits = sizes <= f
-        if fits.any():
-            gain = prices[fits] + value[f - sizes[fits]]
-            k = int(np.argmax(gain))
-            if gain[k] > value[f] + EPS:
-                value[f] = gain[k]
-                last[f] = int(np.flatnonzero(fits)[k])
+        for k in range(sizes.shape[0]):
+            if sizes[k] <= f and prices[k] + value[f - sizes[k]] > value[f] + EPS:
+                value[f] = prices[k] + value[f - sizes[k]]
+                last[f] = k
     return value, last
 
 
