@@ -50,6 +50,9 @@ FloatArray = npt.NDArray[np.float64]
 GPU_MILLI = 1000
 # Slack for floating-point comparisons of prices, which are fractions of a GPU.
 EPS = 1e-9
+# A pattern must beat one GPU by more than the LP solver's own tolerance to
+# be worth adding; closer than that the prices are optimal as far as HiGHS can tell.
+IMPROVES = 1e-7
 MAX_ROUNDS = 500
 
 
@@ -121,8 +124,6 @@ def share_prices(demand: Mapping[int, float], capacity: int = GPU_MILLI) -> Shar
             raise RuntimeError(f"the share-packing LP failed: {res.message}")
         prices = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=np.float64), 0.0)
         value, last = _knapsack(sizes, prices, capacity)
-        if value[capacity] <= 1.0 + EPS:
-            return SharePrices(sizes, prices, value, float(res.fun), capacity)
         pattern = np.zeros(len(sizes), dtype=np.int64)
         f = capacity
         while f > 0:
@@ -131,5 +132,7 @@ def share_prices(demand: Mapping[int, float], capacity: int = GPU_MILLI) -> Shar
             else:
                 pattern[last[f]] += 1
                 f -= int(sizes[last[f]])
+        if value[capacity] <= 1.0 + IMPROVES or any((pattern == p).all() for p in patterns):
+            return SharePrices(sizes, prices, value, float(res.fun), capacity)
         patterns.append(pattern)
     raise RuntimeError(f"share-packing prices did not settle in {MAX_ROUNDS} rounds")
