@@ -5,9 +5,10 @@ sharing, GPU-model constraints and more multi-GPU pods. Those pod lists are
 not bundled, so this script derives variants of the same kinds from the
 default pod list, deterministically (seeded), and runs the fill on each:
 
-* ``cpu2x``: every CPU-only pod appears twice;
-* ``share60``: 60% of the 1-GPU whole pods become shares of one GPU, with
-  shares drawn from the trace's own fractional requests;
+* ``cpu2x`` and ``cpu4x``: every CPU-only pod appears twice, or four times;
+* ``share60`` and ``share100``: 60% (or all) of the 1-GPU whole pods become
+  shares of one GPU, with shares drawn from the trace's own fractional requests;
+* ``whole``: every share asks for a whole GPU instead;
 * ``spec33``: a third of the GPU pods may use only one or two GPU models,
   drawn from the cluster's models;
 * ``multi30``: 30% of the 1-GPU whole pods ask for 2 or 4 GPUs instead.
@@ -32,18 +33,35 @@ from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, l
 Variant = Callable[[list[TracePod], list[str], random.Random], list[TracePod]]
 
 
-def _cpu2x(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
-    extra = [dataclasses.replace(p, name=p.name + "-x") for p in pods if not p.request.gpu_count]
-    return pods + extra
+def _cpu(times: int) -> Variant:
+    def variant(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+        cpu_only = [p for p in pods if not p.request.gpu_count]
+        copies = [f"-{k}" for k in range(1, times)]
+        return pods + [dataclasses.replace(p, name=p.name + c) for c in copies for p in cpu_only]
+
+    return variant
 
 
-def _share60(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
-    shares = [p.request.gpu_milli for p in pods if p.request.gpu_milli]
+def _share(share: float) -> Variant:
+    def variant(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+        shares = [p.request.gpu_milli for p in pods if p.request.gpu_milli]
+        out = []
+        for p in pods:
+            r = p.request
+            if r.gpus == 1 and rng.random() < share:
+                r = dataclasses.replace(r, gpus=0, gpu_milli=rng.choice(shares))
+            out.append(dataclasses.replace(p, request=r))
+        return out
+
+    return variant
+
+
+def _whole(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
     out = []
     for p in pods:
         r = p.request
-        if r.gpus == 1 and rng.random() < 0.6:
-            r = dataclasses.replace(r, gpus=0, gpu_milli=rng.choice(shares))
+        if r.gpu_milli:
+            r = dataclasses.replace(r, gpus=1, gpu_milli=0)
         out.append(dataclasses.replace(p, request=r))
     return out
 
@@ -70,10 +88,13 @@ def _multi30(pods: list[TracePod], models: list[str], rng: random.Random) -> lis
 
 
 VARIANTS: dict[str, Variant] = {
-    "cpu2x": _cpu2x,
-    "share60": _share60,
+    "cpu2x": _cpu(2),
+    "cpu4x": _cpu(4),
+    "share60": _share(0.6),
+    "share100": _share(1.0),
     "spec33": _spec33,
     "multi30": _multi30,
+    "whole": _whole,
 }
 
 

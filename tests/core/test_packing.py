@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.core.packing import GPU_MILLI, share_prices
+from gpufleet.core.model import MILLI
+from gpufleet.core.packing import share_prices
 
 # 470 x 2, 650 x 1, 320 x 4. The optimum uses three GPUs:
 # (470, 470), (650, 320), (320, 320, 320). All three patterns are used, so all
@@ -95,17 +96,17 @@ demands = st.dictionaries(sizes, st.integers(min_value=1, max_value=40), min_siz
 def test_prices_are_an_optimal_dual(demand: dict[int, int]) -> None:
     p = share_prices(demand)
     # Dual feasible: no pattern is worth more than one GPU.
-    assert p.value[GPU_MILLI] <= 1 + 1e-6
+    assert p.value[MILLI] <= 1 + 1e-6
     # Strong duality: the demand's price is the LP optimum.
     worth = sum(price * demand[int(s)] for s, price in zip(p.sizes, p.prices, strict=True))
     assert worth == pytest.approx(p.gpus, rel=1e-6)
     # The optimum is at least the volume and at least one GPU per share over half.
-    assert p.gpus >= sum(s * n for s, n in demand.items()) / GPU_MILLI - 1e-6
-    assert p.gpus >= sum(n for s, n in demand.items() if s > GPU_MILLI // 2) - 1e-6
+    assert p.gpus >= sum(s * n for s, n in demand.items()) / MILLI - 1e-6
+    assert p.gpus >= sum(n for s, n in demand.items() if s > MILLI // 2) - 1e-6
 
 
 @settings(max_examples=40, deadline=None)
 @given(demands, st.integers(min_value=1, max_value=1000))
 def test_loss_is_never_negative(demand: dict[int, int], size: int) -> None:
-    free = np.arange(size, GPU_MILLI + 1)
+    free = np.arange(size, MILLI + 1)
     assert (share_prices(demand).loss(free, size) >= 0).all()

@@ -150,15 +150,15 @@ def test_fgd_measures_each_state_with_its_own_meter() -> None:
 @pytest.mark.parametrize(
     ("cpu_used", "fit_weight", "capacity_weight", "expected"),
     [
-        # 8 free GPUs, 20 of 32 cores free; the only type: 1 GPU + 12 cores.
-        # paper: one task fits (1 GPU free, 12 <= 20 cores), no GPU below 1000 -> 0
+        # 8 free GPUs, 20 of 32 cores free; the only type: half a GPU + 12 cores.
+        # paper: one task fits (a GPU has 500, 12 <= 20 cores), no GPU below 500 -> 0
         (12_000, 1.0, 0.0, 0.0),
-        # capacity: k = min(8 slots, 20 // 12 = 1) = 1 task -> usable 1000 of 8000 -> 7000
-        (12_000, 0.0, 1.0, 7000.0),
-        # blend: 1 x 0 + 2 x 7000
-        (12_000, 1.0, 2.0, 14000.0),
-        # 32 cores free: k = min(8, 32 // 12 = 2) = 2 -> 8000 - 2000 = 6000
-        (0, 0.0, 1.0, 6000.0),
+        # capacity: k = min(16 slots, 20 // 12 = 1) = 1 task -> usable 500 of 8000 -> 7500
+        (12_000, 0.0, 1.0, 7500.0),
+        # blend: 1 x 0 + 2 x 7500
+        (12_000, 1.0, 2.0, 15000.0),
+        # 32 cores free: k = min(16, 32 // 12 = 2) = 2 -> 8000 - 1000 = 7000
+        (0, 0.0, 1.0, 7000.0),
     ],
 )
 def test_capacity_measure_counts_gpus_stranded_by_cpu(
@@ -166,12 +166,22 @@ def test_capacity_measure_counts_gpus_stranded_by_cpu(
 ) -> None:
     state = cluster(node("a").gpus(8).cpu(32_000).cpu_used(cpu_used))
     workload = Workload.from_requests(
-        [job().gpus(1).cpu(12_000).build()],
+        [job().fraction(500).cpu(12_000).build()],
         state.models,
         fit_weight=fit_weight,
         capacity_weight=capacity_weight,
     )
     assert FragmentationMeter(state, workload).per_node().tolist() == [expected]
+
+
+def test_capacity_measure_leaves_whole_gpu_types_to_the_stranding_measure() -> None:
+    # The same node and CPUs for a whole GPU + 12 cores: one task could use 1000 of 8000,
+    # but the capacity measure counts shares only, so it adds nothing (the paper's is 0).
+    state = cluster(node("a").gpus(8).cpu(32_000).cpu_used(12_000))
+    workload = Workload.from_requests(
+        [job().gpus(1).cpu(12_000).build()], state.models, fit_weight=0.0, capacity_weight=1.0
+    )
+    assert FragmentationMeter(state, workload).per_node().tolist() == [0.0]
 
 
 def test_model_pressure_weighs_demand_against_the_models_it_may_use() -> None:

@@ -15,13 +15,17 @@ all of a node's free GPU capacity is a fragment for it: a constant share that
 matches the paper's definition (an idle openb cluster is 13.9% fragmented).
 GPUs stranded by exhausted CPU show up through the GPU types' CPU needs.
 
-A second, *capacity* measure asks what a type could use if its tasks kept
-arriving: ``k`` tasks fit where ``k`` is bounded together by the GPU slots
-(free milli-GPU // per-GPU share, summed over GPUs, // GPUs per task), the free
-CPU and the free memory, and whatever those ``k`` tasks would not take is a
-fragment. The paper's measure asks only whether one more task fits, so it
-misses that eight free GPUs with CPU left for one task are mostly stranded.
-A profile may blend both.
+A second, *capacity* measure asks, for each share type (a fraction of one
+GPU), what it could use if its tasks kept arriving: ``k`` tasks fit where
+``k`` is bounded together by the GPU slots (free milli-GPU // share, summed
+over GPUs), the free CPU and the free memory, and whatever those ``k`` tasks
+would not take is a fragment. The paper's measure asks only whether one more
+task fits, so it misses that eight free GPUs with CPU left for one share are
+mostly stranded, and that 600 free milli-GPU holds one 470 but two 300s.
+Whole-GPU types are left to the stranding measure below: counted by both,
+CPU-heavy whole-GPU work was steered onto the few nodes big enough for the
+largest tasks, and on workloads without shares or short of CPU that cost
+more than it won. A profile may blend the paper's measure and this one.
 
 Both measures ask about one node and the types one at a time. A third,
 *stranding*, looks at the balance between a node's resources: the workload's
@@ -49,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from gpufleet.core.model import Request
+from gpufleet.core.model import MILLI, Request
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
 
 FloatArray = npt.NDArray[np.float64]
@@ -248,7 +252,7 @@ def _frag(
                 frag += fit_w * w_freq[t] * below[j]
             else:
                 frag += fit_w * w_freq[t] * total
-        if cap_w > 0.0:
+        if cap_w > 0.0 and w_threshold[j] < MILLI:
             k = slots[j] // w_gpus[t] if usable else 0
             if w_cpu[t] > 0:
                 k = min(k, max(cpu, 0) // w_cpu[t])

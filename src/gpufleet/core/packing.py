@@ -43,11 +43,11 @@ import numpy.typing as npt
 from numba import njit
 from scipy.optimize import linprog
 
+from gpufleet.core.model import MILLI
 from gpufleet.core.state import IntArray
 
 FloatArray = npt.NDArray[np.float64]
 
-GPU_MILLI = 1000
 # Slack for floating-point comparisons of prices, which are fractions of a GPU.
 EPS = 1e-9
 # A pattern must beat one GPU by more than the LP solver's own tolerance to
@@ -69,7 +69,7 @@ class SharePrices:
     prices: FloatArray
     value: FloatArray
     gpus: float
-    capacity: int = GPU_MILLI
+    capacity: int = MILLI
 
     def price(self, size: int) -> float:
         """The price of ``size``. A size outside the workload is charged the value
@@ -102,7 +102,7 @@ def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[Float
     return value, last
 
 
-def share_prices(demand: Mapping[int, float], capacity: int = GPU_MILLI) -> SharePrices:
+def share_prices(demand: Mapping[int, float], capacity: int = MILLI) -> SharePrices:
     """Solve the packing LP for ``demand`` (share size in milli-GPU -> how many or how often).
 
     Sizes must be in 1..``capacity``; weights must be positive.

@@ -33,7 +33,7 @@ class FragmentationArgs(BaseModel):
     ``memory``: a task type also needs its host memory to fit (the paper
     checks CPU and GPU only). ``fit_weight`` and ``capacity_weight`` blend the
     paper's measure (does one more task of a type fit?) with the capacity
-    measure (how much could repeated tasks of a type take, bounded by GPU
+    measure (how much could repeated tasks of a share type take, bounded by GPU
     slots, CPU and memory together?); see ``core.fragmentation``. ``popularity``:
     keep only the most common task types covering this share of all tasks.
     ``scarcity_weight``: charge GPU taken from a model in demand by constrained
