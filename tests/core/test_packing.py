@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.core.model import MILLI
-from gpufleet.core.packing import share_prices
+from gpufleet.core.packing import on_grid, share_prices
 
 # 470 x 2, 650 x 1, 320 x 4. The optimum uses three GPUs:
 # (470, 470), (650, 320), (320, 320, 320). All three patterns are used, so all
@@ -87,7 +87,17 @@ def test_bad_demand_is_refused(demand: dict[int, float], message: str) -> None:
         share_prices(demand)
 
 
-sizes = st.integers(min_value=5, max_value=100).map(lambda k: 10 * k)
+def test_sizes_are_priced_on_a_10_milli_grid() -> None:
+    # 315 and 320 are one size, 320, with both weights: 470 x 2, 650 x 1, 320 x 4 as in MIX.
+    p = share_prices({470: 2, 650: 1, 315: 2, 320: 2})
+    assert p.sizes.tolist() == [320, 470, 650]
+    assert p.price(315) == p.price(320) == pytest.approx(1 / 3)
+    # 318 free holds a 315 but not a 320: what is left (3) is less than the grain, no loss.
+    # 530 free: as for a 320, 1/2 - 1/3 - K(210) = 1/6.
+    assert p.loss(np.array([318, 530]), 315).tolist() == pytest.approx([0.0, 1 / 6])
+
+
+sizes = st.integers(min_value=50, max_value=1000)
 demands = st.dictionaries(sizes, st.integers(min_value=1, max_value=40), min_size=1, max_size=6)
 
 
@@ -98,10 +108,10 @@ def test_prices_are_an_optimal_dual(demand: dict[int, int]) -> None:
     # Dual feasible: no pattern is worth more than one GPU.
     assert p.value[MILLI] <= 1 + 1e-6
     # Strong duality: the demand's price is the LP optimum.
-    worth = sum(price * demand[int(s)] for s, price in zip(p.sizes, p.prices, strict=True))
+    worth = sum(p.price(s) * n for s, n in demand.items())
     assert worth == pytest.approx(p.gpus, rel=1e-6)
     # The optimum is at least the volume and at least one GPU per share over half.
-    assert p.gpus >= sum(s * n for s, n in demand.items()) / MILLI - 1e-6
+    assert p.gpus >= sum(on_grid(s) * n for s, n in demand.items()) / MILLI - 1e-6
     assert p.gpus >= sum(n for s, n in demand.items() if s > MILLI // 2) - 1e-6
 
 

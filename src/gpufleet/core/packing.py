@@ -30,7 +30,10 @@ openb) get price zero: they are free to go wherever they fit.
 
 The LP is solved by column generation: start from one single-size pattern
 per size, and add the pattern the knapsack at the current prices values
-above one until none does.
+above one until none does. Sizes are priced on a grid of ``GRAIN`` milli-GPU,
+rounded up: a workload of arbitrary shares then has at most 100 sizes, which
+keeps the LP to well under a second, and shares that differ by less than the
+grain pack alike.
 """
 
 from __future__ import annotations
@@ -54,15 +57,21 @@ EPS = 1e-9
 # be worth adding; closer than that the prices are optimal as far as HiGHS can tell.
 IMPROVES = 1e-7
 MAX_ROUNDS = 500
+GRAIN = 10
+
+
+def on_grid(size: int) -> int:
+    """``size`` rounded up to the pricing grid."""
+    return -(-size // GRAIN) * GRAIN
 
 
 @dataclass(frozen=True)
 class SharePrices:
     """Dual prices of share packing and the value of each free amount.
 
-    ``sizes`` and ``prices`` are aligned; ``value[f]`` is ``K(f)`` for ``f``
-    in 0..``capacity``; ``gpus`` is the LP optimum, the fractional number of
-    GPUs the demand needs.
+    ``sizes`` (on the grid) and ``prices`` are aligned; ``value[f]`` is
+    ``K(f)`` for ``f`` in 0..``capacity``; ``gpus`` is the LP optimum, the
+    fractional number of GPUs the demand needs.
     """
 
     sizes: IntArray
@@ -72,18 +81,23 @@ class SharePrices:
     capacity: int = MILLI
 
     def price(self, size: int) -> float:
-        """The price of ``size``. A size outside the workload is charged the value
-        of the space it takes, ``K(size)``: it displaces what would have fitted there."""
+        """The price of ``size`` (on the grid). A size outside the workload is charged
+        the value of the space it takes, ``K(size)``: it displaces what would have fitted."""
+        size = min(on_grid(size), self.capacity)
         i = int(np.searchsorted(self.sizes, size))
         if i < len(self.sizes) and self.sizes[i] == size:
             return float(self.prices[i])
-        return float(self.value[min(size, self.capacity)])
+        return float(self.value[size])
 
     def loss(self, free: IntArray, size: int) -> FloatArray:
         """GPU-fractions forgone by placing ``size`` on GPUs with ``free`` milli-GPU free
-        (each ``free`` >= ``size``)."""
+        (each ``free`` >= ``size``). A GPU that holds the share but not its size on
+        the grid keeps less than the grain beside it: a perfect fit, no loss."""
         f = np.minimum(free, self.capacity)
-        out: FloatArray = self.value[f] - self.price(size) - self.value[f - size]
+        s = min(on_grid(size), self.capacity)
+        fits = f >= s
+        rest = self.value[np.where(fits, f - s, 0)]
+        out: FloatArray = np.where(fits, self.value[f] - self.price(size) - rest, 0.0)
         return np.maximum(out, 0.0)
 
 
@@ -105,17 +119,22 @@ def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[Float
 def share_prices(demand: Mapping[int, float], capacity: int = MILLI) -> SharePrices:
     """Solve the packing LP for ``demand`` (share size in milli-GPU -> how many or how often).
 
-    Sizes must be in 1..``capacity``; weights must be positive.
+    Sizes must be in 1..``capacity``; weights must be positive. Sizes are
+    rounded up to the grid and their weights added.
     """
     if not demand:
         empty = np.zeros(0, dtype=np.int64)
         return SharePrices(empty, np.zeros(0), np.zeros(capacity + 1), 0.0, capacity)
-    sizes = np.array(sorted(demand), dtype=np.int64)
-    if sizes[0] < 1 or sizes[-1] > capacity:
-        raise ValueError(f"share sizes must be in 1..{capacity} milli-GPU, got {sizes.tolist()}")
-    need = np.array([demand[int(s)] for s in sizes], dtype=np.float64)
-    if (need <= 0).any():
+    if min(demand) < 1 or max(demand) > capacity:
+        raise ValueError(f"share sizes must be in 1..{capacity} milli-GPU, got {sorted(demand)}")
+    if min(demand.values()) <= 0:
         raise ValueError("share demand must be positive for every size")
+    gridded: dict[int, float] = {}
+    for size, weight in demand.items():
+        key = min(on_grid(size), capacity)
+        gridded[key] = gridded.get(key, 0.0) + weight
+    sizes = np.array(sorted(gridded), dtype=np.int64)
+    need = np.array([gridded[int(s)] for s in sizes], dtype=np.float64)
     patterns = [np.where(np.arange(len(sizes)) == i, capacity // s, 0) for i, s in enumerate(sizes)]
     for _ in range(MAX_ROUNDS):
         a = np.array(patterns, dtype=np.float64).T
