@@ -232,11 +232,13 @@ def _frag(
         b = 0
         n = 0
         th = w_threshold[j]
+        # Capacity slots are counted for share types only (module docstring).
+        share = cap_w > 0.0 and th < MILLI
         if th > 0:
             for g in range(free.shape[0]):
                 if free[g] >= th:
                     c += 1
-                    if cap_w > 0.0:
+                    if share:
                         n += free[g] // th
                 else:
                     b += free[g]
