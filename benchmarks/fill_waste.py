@@ -29,12 +29,19 @@ import statistics
 
 import numpy as np
 
-from gpufleet.core.model import MILLI, Request
+from gpufleet.core.model import MILLI, Node, Request
 from gpufleet.core.placement import Placer
 from gpufleet.core.state import ClusterState
 from gpufleet.policies.registry import placement_profile
 from gpufleet.sim.fill import sample_arrivals
-from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, bundled, load_nodes, load_pods
+from gpufleet.sim.openb import (
+    DEFAULT_NODES,
+    DEFAULT_PODS,
+    TracePod,
+    bundled,
+    load_nodes,
+    load_pods,
+)
 
 LARGE_SHARE = 800
 
@@ -71,9 +78,7 @@ def free_split(state: ClusterState, held: np.ndarray, requests: list[Request]) -
     return {k: 100.0 * float(v.sum()) / cap for k, v in parts.items()}
 
 
-def one_seed(policy: str, seed: int) -> dict[str, float]:
-    nodes = load_nodes(bundled(DEFAULT_NODES))
-    pods = load_pods(bundled(DEFAULT_PODS))
+def one_seed(nodes: list[Node], pods: list[TracePod], policy: str, seed: int) -> dict[str, float]:
     requests = [p.request for p in pods]
     state = ClusterState(nodes)
     cap = state.gpu_milli_capacity
@@ -105,7 +110,9 @@ def main() -> None:
     args = parser.parse_args()
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
-    per_seed = {s: one_seed(args.policy, s) for s in seeds}
+    nodes = load_nodes(bundled(DEFAULT_NODES))
+    pods = load_pods(bundled(DEFAULT_PODS))
+    per_seed = {s: one_seed(nodes, pods, args.policy, s) for s in seeds}
     keys = next(iter(per_seed.values())).keys()
     mean = {k: round(statistics.mean(v[k] for v in per_seed.values()), 2) for k in keys}
     if not args.json:

@@ -70,7 +70,7 @@ class SharePrices:
     """Dual prices of share packing and the value of each free amount.
 
     ``sizes`` (on the grid) and ``prices`` are aligned; ``value[f]`` is
-    ``K(f)`` for ``f`` in 0..``capacity``; ``gpus`` is the LP optimum, the
+    ``K(f)`` for ``f`` in 0..``MILLI``; ``gpus`` is the LP optimum, the
     fractional number of GPUs the demand needs.
     """
 
@@ -78,12 +78,11 @@ class SharePrices:
     prices: FloatArray
     value: FloatArray
     gpus: float
-    capacity: int = MILLI
 
     def price(self, size: int) -> float:
         """The price of ``size`` (on the grid). A size outside the workload is charged
         the value of the space it takes, ``K(size)``: it displaces what would have fitted."""
-        size = min(on_grid(size), self.capacity)
+        size = on_grid(size)
         i = int(np.searchsorted(self.sizes, size))
         if i < len(self.sizes) and self.sizes[i] == size:
             return float(self.prices[i])
@@ -93,8 +92,8 @@ class SharePrices:
         """GPU-fractions forgone by placing ``size`` on GPUs with ``free`` milli-GPU free
         (each ``free`` >= ``size``). A GPU that holds the share but not its size on
         the grid keeps less than the grain beside it: a perfect fit, no loss."""
-        f = np.minimum(free, self.capacity)
-        s = min(on_grid(size), self.capacity)
+        f = np.minimum(free, MILLI)
+        s = on_grid(size)
         fits = f >= s
         rest = self.value[np.where(fits, f - s, 0)]
         out: FloatArray = np.where(fits, self.value[f] - self.price(size) - rest, 0.0)
@@ -116,42 +115,42 @@ def _knapsack(sizes: IntArray, prices: FloatArray, capacity: int) -> tuple[Float
     return value, last
 
 
-def share_prices(demand: Mapping[int, float], capacity: int = MILLI) -> SharePrices:
+def share_prices(demand: Mapping[int, float]) -> SharePrices:
     """Solve the packing LP for ``demand`` (share size in milli-GPU -> how many or how often).
 
-    Sizes must be in 1..``capacity``; weights must be positive. Sizes are
+    Sizes must be in 1..``MILLI``; weights must be positive. Sizes are
     rounded up to the grid and their weights added.
     """
     if not demand:
         empty = np.zeros(0, dtype=np.int64)
-        return SharePrices(empty, np.zeros(0), np.zeros(capacity + 1), 0.0, capacity)
-    if min(demand) < 1 or max(demand) > capacity:
-        raise ValueError(f"share sizes must be in 1..{capacity} milli-GPU, got {sorted(demand)}")
+        return SharePrices(empty, np.zeros(0), np.zeros(MILLI + 1), 0.0)
+    if min(demand) < 1 or max(demand) > MILLI:
+        raise ValueError(f"share sizes must be in 1..{MILLI} milli-GPU, got {sorted(demand)}")
     if min(demand.values()) <= 0:
         raise ValueError("share demand must be positive for every size")
     gridded: dict[int, float] = {}
     for size, weight in demand.items():
-        key = min(on_grid(size), capacity)
+        key = on_grid(size)
         gridded[key] = gridded.get(key, 0.0) + weight
     sizes = np.array(sorted(gridded), dtype=np.int64)
     need = np.array([gridded[int(s)] for s in sizes], dtype=np.float64)
-    patterns = [np.where(np.arange(len(sizes)) == i, capacity // s, 0) for i, s in enumerate(sizes)]
+    patterns = [np.where(np.arange(len(sizes)) == i, MILLI // s, 0) for i, s in enumerate(sizes)]
     for _ in range(MAX_ROUNDS):
         a = np.array(patterns, dtype=np.float64).T
         res = linprog(np.ones(len(patterns)), A_ub=-a, b_ub=-need, bounds=(0, None), method="highs")
         if res.status != 0:
             raise RuntimeError(f"the share-packing LP failed: {res.message}")
         prices = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=np.float64), 0.0)
-        value, last = _knapsack(sizes, prices, capacity)
+        value, last = _knapsack(sizes, prices, MILLI)
         pattern = np.zeros(len(sizes), dtype=np.int64)
-        f = capacity
+        f = MILLI
         while f > 0:
             if last[f] < 0:
                 f -= 1
             else:
                 pattern[last[f]] += 1
                 f -= int(sizes[last[f]])
-        if value[capacity] <= 1.0 + IMPROVES or any((pattern == p).all() for p in patterns):
-            return SharePrices(sizes, prices, value, float(res.fun), capacity)
+        if value[MILLI] <= 1.0 + IMPROVES or any((pattern == p).all() for p in patterns):
+            return SharePrices(sizes, prices, value, float(res.fun))
         patterns.append(pattern)
     raise RuntimeError(f"share-packing prices did not settle in {MAX_ROUNDS} rounds")
