@@ -1,0 +1,170 @@
+"""The HTTP API's request and response bodies (pydantic), shared by the server and the CLI.
+
+Every request model forbids unknown fields, so a typo is a 422 naming the
+field instead of a silently ignored option. Sizes are bounded here, once,
+so that an absurd request is refused before it reaches the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+MAX_CPUS_PER_TASK = 4096
+MAX_MEM_MIB = 64 * 1024 * 1024  # 64 TiB per node
+MAX_TIME_S = 365 * 86400
+MAX_ARRAY_TASKS = 100_000
+MAX_SCRIPT_BYTES = 1_000_000
+
+JobStateName = Literal[
+    "PENDING",
+    "RUNNING",
+    "COMPLETING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "REQUEUED",
+]
+"""Slurm's job states. PREEMPTED, NODE_FAIL and REQUEUED are transitions a
+requeueable job passes through on its way back to PENDING; they stay final
+for a job that may not be requeued."""
+
+TERMINAL_STATES: frozenset[str] = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"}
+)
+
+Role = Literal["admin", "operator", "user", "node"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobSubmit(_Request):
+    """One submission, as ``sbatch`` options would describe it.
+
+    Give ``command`` (an argv, run without a shell) or ``script`` (the text
+    of a script, run as an executable file: its ``#!`` line decides the
+    interpreter, ``/bin/sh`` without one). Output paths may use Slurm's
+    patterns ``%j`` (job id), ``%A`` (array job id), ``%a`` (array index),
+    ``%x`` (job name), ``%u`` (user) and ``%%``; relative paths are taken
+    from ``workdir``. ``request_id`` makes a retried submission return the
+    job it already created instead of a second one.
+    """
+
+    name: str = Field("", max_length=256)
+    command: list[str] | None = Field(None, min_length=1, max_length=4096)
+    script: str | None = Field(None, max_length=MAX_SCRIPT_BYTES)
+    workdir: str = Field(..., min_length=1, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=4096)
+    stdout: str | None = Field(None, max_length=4096)
+    stderr: str | None = Field(None, max_length=4096)
+    partition: str | None = Field(None, max_length=128)
+    qos: str | None = Field(None, max_length=128)
+    account: str | None = Field(None, max_length=128)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
+    gpu_type: str | None = Field(None, max_length=128)
+    gpu_milli: int = Field(0, ge=0, le=999, description="a fraction of one shared GPU")
+    gpu_memory_mib: int = Field(0, ge=0, le=MAX_MEM_MIB)
+    mig_profile: str | None = Field(None, max_length=32, description="for example 1g.10gb")
+    mig_count: int = Field(0, ge=0, le=56)
+    cpus_per_task: int = Field(1, ge=1, le=MAX_CPUS_PER_TASK)
+    mem_mib: int = Field(0, ge=0, le=MAX_MEM_MIB, description="per node; 0: the default")
+    time_limit_s: int | None = Field(None, gt=0, le=MAX_TIME_S)
+    array: str | None = Field(None, max_length=4096, description="0-999%50, 1,3,5 or 0-15:4")
+    dependency: str | None = Field(
+        None, max_length=4096, description="afterok:1:2,afterany:3, afternotok:4 or singleton"
+    )
+    exclusive: bool = False
+    constraint: str | None = Field(None, max_length=1024, description="node features: a&b, a|b")
+    nodelist: list[str] = Field(default_factory=list, max_length=MAX_NODES)
+    exclude: list[str] = Field(default_factory=list, max_length=MAX_NODES)
+    begin: int | None = Field(None, ge=0, description="not before this Unix time")
+    requeue: bool = True
+    signal: str | None = Field(None, max_length=32, description="[B:]SIG[@seconds], e.g. USR1@90")
+    hold: bool = False
+    nice: int = Field(0, ge=-10_000, le=10_000)
+    request_id: str | None = Field(None, min_length=1, max_length=128)
+
+
+class Submitted(BaseModel):
+    """What a submission returns: the job (or array job) id."""
+
+    job_id: str
+    array_task_count: int = 0
+    duplicate: bool = Field(False, description="a retry of an earlier request_id")
+
+
+class JobEvent(BaseModel):
+    """One step of a job's history."""
+
+    time: float
+    state: JobStateName
+    reason: str = ""
+
+
+class JobOut(BaseModel):
+    """A job as ``show`` and ``queue`` report it."""
+
+    job_id: str
+    array_job_id: str | None = None
+    array_task_id: int | None = None
+    name: str
+    user: str
+    account: str
+    partition: str
+    qos: str
+    state: JobStateName
+    reason: str = ""
+    nodes: int
+    gpus_per_node: int
+    gpu_milli: int
+    mig_profile: str | None = None
+    cpus_per_task: int
+    mem_mib: int
+    time_limit_s: int
+    submit_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    expected_start: float | None = Field(None, description="backfill's planned start")
+    node_list: list[str] = Field(default_factory=list)
+    gpu_uuids: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+    signal: int | None = None
+    restart_count: int = 0
+    workdir: str
+    stdout_path: str
+    stderr_path: str
+    priority: float | None = None
+    held: bool = False
+    history: list[JobEvent] = Field(default_factory=list)
+
+
+class JobPage(BaseModel):
+    """One page of a job listing; pass ``next_cursor`` back for the next."""
+
+    jobs: list[JobOut]
+    next_cursor: str | None = None
+
+
+class Reason(_Request):
+    """A reason an operator gives for a node or job action."""
+
+    reason: str = Field(..., min_length=1, max_length=1024)
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document; ``errors`` names each bad field."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str = ""
+    errors: list[dict[str, str]] = Field(default_factory=list)
