@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.adapters.inventory import ClusterFileError, expand_hostlist, load_cluster
+from gpufleet.adapters.inventory import (
+    ClusterFileError,
+    expand_hostlist,
+    load_cluster,
+    nodes_from_groups,
+)
 from gpufleet.cli.main import main
 from gpufleet.core.catalog import GPU_MEMORY_MIB
 from gpufleet.core.mig import MigInstance
@@ -178,6 +183,34 @@ def test_bad_file_is_one_line_naming_group_and_key(tmp_path: Path, text: str, me
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ClusterFileError, match=r"nope\.toml: no such file"):
         load_cluster(tmp_path / "nope.toml")
+
+
+def test_parsed_groups_read_like_a_file() -> None:
+    group = {"names": "n[1-2]", "cpu_milli": 8000, "memory_mib": 65536}
+    nodes = nodes_from_groups([group, {**group, "names": "m1", "pool": "p"}], "inline")
+    assert [(n.name, n.pool) for n in nodes] == [("n1", "default"), ("n2", "default"), ("m1", "p")]
+    with pytest.raises(ClusterFileError, match=r"^inline, group 1 \(n\[1-2\]\): cpu_milli"):
+        nodes_from_groups([{**group, "cpu_milli": "8"}], "inline")
+
+
+def test_collecting_reports_every_bad_group_and_keeps_the_good() -> None:
+    good = {"names": "n[1-2]", "cpu_milli": 8000, "memory_mib": 65536}
+    errors: list[ClusterFileError] = []
+    groups = [
+        good,
+        {**good, "names": "x1", "cpu": 1},
+        7,
+        {**good, "names": "n2"},
+        {**good, "names": "z"},
+    ]
+    nodes = nodes_from_groups(groups, "inline", errors)
+    assert [n.name for n in nodes] == ["n1", "n2", "z"]  # groups 2, 3 and 4 are skipped
+    found = [(e.index, e.key, e.reason.split(" (")[0]) for e in errors]
+    assert found == [
+        (2, "cpu", "unknown key"),
+        (3, None, "must be a table"),
+        (4, "names", "'n2' is also declared in group 1"),
+    ]
 
 
 @pytest.mark.slow  # 200 jobs through the default profile: several seconds

@@ -5,6 +5,11 @@ node group that declares one or more identical nodes (``names`` is a
 Slurm-style hostlist such as ``"dgx-[01-04]"``). The format is documented in
 ``docs/cluster-file.md``. Every problem raises ``ClusterFileError``, one line
 naming the file, the group (1-based, with its ``names``) and the key.
+
+``load_cluster`` reads a file; ``nodes_from_groups`` reads the ``[[nodes]]``
+array of a document parsed elsewhere (the controller's configuration file
+embeds node groups) and can collect one error per bad group instead of
+stopping at the first.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -32,12 +37,26 @@ _RANGE = re.compile(r"\[([^\[\]]*)\]")
 
 
 class ClusterFileError(ValueError):
-    """A cluster file that cannot be loaded, with where and why (one line)."""
+    """A cluster file that cannot be loaded, with where and why (one line).
 
-    def __init__(self, path: Path | str, group: str | None, key: str | None, reason: str) -> None:
+    The parts stay available for callers that name the place their own way:
+    ``group`` (``"group 2 (dgx-[01-02])"``), ``index`` (the group's 1-based
+    position), ``key`` (``"gpus.count"``) and ``reason``.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        group: str | None,
+        key: str | None,
+        reason: str,
+        *,
+        index: int | None = None,
+    ) -> None:
         where = str(path) + (f", {group}" if group else "")
         what = f"{key}: " if key else ""
         super().__init__(f"{where}: {what}{reason}".replace("\n", " "))
+        self.group, self.index, self.key, self.reason = group, index, key, reason
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -92,15 +111,19 @@ def _numbers(spec: str) -> list[str]:
 class _Group:
     """One ``[[nodes]]`` entry being read; ``fail`` builds an error naming it and a key."""
 
-    def __init__(self, path: Path, index: int, table: Mapping[str, Any]) -> None:
+    def __init__(self, path: Path | str, index: int, table: object) -> None:
         self.path = path
-        self.table = table
+        self.index = index
+        self.label = f"group {index}"
+        if not isinstance(table, dict):
+            raise self.fail(None, "must be a table")
+        self.table: Mapping[str, Any] = table
         names = table.get("names")
         label = ",".join(map(str, names)) if isinstance(names, list) else str(names or "")
-        self.label = f"group {index}" + (f" ({label})" if label else "")
+        self.label += f" ({label})" if label else ""
 
     def fail(self, key: str | None, reason: str) -> ClusterFileError:
-        return ClusterFileError(self.path, self.label, key, reason)
+        return ClusterFileError(self.path, self.label, key, reason, index=self.index)
 
     def check_keys(self, table: Mapping[str, Any], known: Sequence[str], prefix: str) -> None:
         for key in table:
@@ -150,19 +173,40 @@ def load_cluster(path: Path | str) -> list[Node]:
     groups = doc.get("nodes")
     if not isinstance(groups, list) or not groups:
         raise ClusterFileError(path, None, "nodes", "declare at least one [[nodes]] group")
+    return nodes_from_groups(groups, path)
+
+
+def nodes_from_groups(
+    groups: Sequence[object],
+    source: Path | str,
+    errors: MutableSequence[ClusterFileError] | None = None,
+) -> list[Node]:
+    """The nodes of parsed ``[[nodes]]`` groups, in the order declared.
+
+    ``source`` names the document in messages. Node names must be unique
+    across all groups. Without ``errors``, the first problem raises
+    ClusterFileError; with it, each bad group appends its first problem
+    there and contributes no nodes, so every bad group is reported.
+    """
     nodes: list[Node] = []
     first_group: dict[str, str] = {}
     for index, table in enumerate(groups, start=1):
-        if not isinstance(table, dict):
-            raise ClusterFileError(path, f"group {index}", None, "must be a table")
-        group = _Group(path, index, table)
-        for node in _read_group(group):
-            if node.name in first_group:
-                raise group.fail(
-                    "names", f"{node.name!r} is also declared in {first_group[node.name]}"
-                )
+        try:
+            group = _Group(source, index, table)
+            members = _read_group(group)
+            for node in members:
+                if node.name in first_group:
+                    raise group.fail(
+                        "names", f"{node.name!r} is also declared in {first_group[node.name]}"
+                    )
+        except ClusterFileError as e:
+            if errors is None:
+                raise
+            errors.append(e)
+            continue
+        for node in members:
             first_group[node.name] = group.label
-            nodes.append(node)
+        nodes.extend(members)
     return nodes
 
 
