@@ -128,6 +128,8 @@ class JobRecord:
     ``state`` is a ``JobState`` value, or ``"timeout"`` for a job whose run
     reached its time limit, or ``"unschedulable"`` for one that fits no node
     of the cluster even when idle. GPU-second counters are in GPU-seconds.
+    ``assignments`` is where the current run holds resources (empty between
+    runs); ``last_assignments`` where the latest run was placed, kept after it.
     """
 
     trace: TraceJob
@@ -141,6 +143,7 @@ class JobRecord:
     first_start: int = -1
     end: int = -1
     assignments: tuple[Assignment, ...] = ()
+    last_assignments: tuple[Assignment, ...] = ()
     signalled: bool = False
     cancel: bool = False
     preemptions: int = 0
@@ -543,7 +546,7 @@ class Simulation:
         rec.run_start = now
         rec.last_checkpoint = -1
         rec.signalled = False
-        rec.assignments = tuple(assignments)
+        rec.assignments = rec.last_assignments = tuple(assignments)
         if rec.first_start < 0:
             rec.first_start = now
         job = replace(rec.job, state=JobState.RUNNING, start_time=now, last_checkpoint=None)
