@@ -1,0 +1,134 @@
+"""The agent protocol's bodies: what a node daemon sends the controller and gets back.
+
+The protocol is PULL. An agent registers its inventory once per start, then
+calls sync in a loop (a long poll of up to ``wait_s`` seconds). A sync
+carries what the agent runs now and reports of runs that ended; the reply
+carries what the agent should start and kill. The reply is derived from the
+store's desired state (jobs RUNNING on this node with run N) against the
+agent's ``running`` list, so a retried sync or a repeated report changes
+nothing twice. Everything is keyed by ``(job_id, run)``: a report for an old
+run of a requeued job is recorded once and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_SYNC_WAIT_S = 30.0
+MAX_RUNS_PER_NODE = 100_000
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunRef(_Request):
+    """One run an agent holds: the job and its run number (1 for the first start)."""
+
+    job_id: str = Field(..., min_length=1, max_length=64)
+    run: int = Field(..., ge=1)
+
+
+class AgentRegister(_Request):
+    """An agent's start: its node's inventory and the runs it still holds.
+
+    ``inventory`` is one node in the cluster file's ``[[nodes]]`` group format
+    as JSON (``names`` is the single node name, the same as the URL's node);
+    GPU UUIDs go in ``gpu_uuids`` in index order, since the cluster file has
+    no place for them. ``running`` lets a restarted agent (or a restarted
+    controller) reconcile at once.
+    """
+
+    inventory: dict[str, Any]
+    gpu_uuids: list[str] = Field(default_factory=list, max_length=1024)
+    running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
+    agent_version: str = Field("", max_length=64)
+
+
+class RegisterReply(BaseModel):
+    """The controller's answer to a registration."""
+
+    node: str
+    state: str = Field(description="the node's state: idle, mixed, allocated, drain, down")
+    heartbeat_interval_s: float
+
+
+class RunReport(_Request):
+    """How one run ended on the node.
+
+    ``exited``: the process exited with ``exit_code``; ``signalled``: it died
+    of ``signal`` (a kill the controller asked for, or the time limit);
+    ``failed_to_start``: it never ran (bad workdir, missing executable), with
+    ``message`` saying why. ``at`` is the Unix time it happened, on the node.
+    """
+
+    job_id: str = Field(..., min_length=1, max_length=64)
+    run: int = Field(..., ge=1)
+    state: Literal["exited", "signalled", "failed_to_start"]
+    exit_code: int | None = Field(None, ge=0, le=255)
+    signal: int | None = Field(None, ge=1, le=128)
+    at: float = Field(..., ge=0)
+    message: str = Field("", max_length=4096)
+
+
+class AgentSync(_Request):
+    """One sync: what runs now, what ended, and how long the agent will wait for work."""
+
+    running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
+    reports: list[RunReport] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
+    wait_s: float = Field(0.0, ge=0.0, le=MAX_SYNC_WAIT_S)
+
+
+class JobLaunch(BaseModel):
+    """One run to start. Exactly one of ``argv`` and ``script`` is set.
+
+    Paths are absolute (the controller expanded Slurm's ``%j``-style patterns
+    and resolved them against ``workdir``). ``gpu_uuids`` are the GPUs (or MIG
+    instances) of this node the run may see. ``time_limit_s`` is enforced by
+    the agent: at the limit it sends SIGTERM, then SIGKILL after
+    ``kill_grace_s``. ``signal`` is the user's ``--signal`` spec
+    (``[B:]SIG[@seconds]``), sent that long before the limit.
+    """
+
+    job_id: str
+    run: int
+    name: str = ""
+    user: str
+    argv: list[str] | None = None
+    script: str | None = None
+    workdir: str
+    env: dict[str, str] = Field(default_factory=dict)
+    stdout_path: str
+    stderr_path: str
+    time_limit_s: int
+    kill_grace_s: int
+    gpu_uuids: list[str] = Field(default_factory=list)
+    gpu_milli: int = Field(0, description="the share of the one GPU, for a fractional run")
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    signal: str | None = None
+    array_job_id: str | None = None
+    array_task_id: int | None = None
+    node_rank: int = Field(0, description="this node's place in a gang, 0-based")
+    node_list: list[str] = Field(default_factory=list, description="all nodes of the run")
+
+
+class JobKill(BaseModel):
+    """Stop one run: send ``signal`` now, SIGKILL after ``grace_s`` if it still lives."""
+
+    job_id: str
+    run: int
+    signal: str = "TERM"
+    grace_s: int = 0
+    reason: str = ""
+
+
+class SyncReply(BaseModel):
+    """What the agent should do now; both lists are empty when there is nothing new."""
+
+    jobs_to_start: list[JobLaunch] = Field(default_factory=list)
+    jobs_to_kill: list[JobKill] = Field(default_factory=list)
+    heartbeat_interval_s: float
+    node_state: str = ""

@@ -1,0 +1,168 @@
+"""What the controller's read methods return besides jobs: plain pydantic values.
+
+The API serves them as they are, so their field names are the wire format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpufleet.api.schemas import Role
+
+UsageKey = Literal["user", "account", "partition", "qos"]
+NodeStateName = Literal["idle", "mixed", "allocated", "drain", "draining", "down", "unknown"]
+
+
+class GpuOut(BaseModel):
+    """One GPU of a node and what holds it."""
+
+    index: int
+    model: str
+    memory_mib: int
+    uuid: str = ""
+    used_milli: int = 0
+    jobs: list[str] = Field(default_factory=list)
+    mig: list[str] = Field(default_factory=list, description="configured MIG profiles")
+
+
+class NodeOut(BaseModel):
+    """A node: capacity, allocation, state and the agent's last contact."""
+
+    name: str
+    state: NodeStateName
+    reason: str = ""
+    pool: str = "default"
+    cpu_milli: int
+    cpu_milli_used: int = 0
+    memory_mib: int
+    memory_mib_used: int = 0
+    gpus: list[GpuOut] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    last_heartbeat: float | None = None
+    jobs: list[str] = Field(default_factory=list)
+
+
+class PartitionOut(BaseModel):
+    name: str
+    nodes: list[str]
+    default_time_s: int
+    max_time_s: int
+    priority_tier: int
+    allowed_accounts: list[str] = Field(default_factory=list)
+    allowed_qos: list[str] = Field(default_factory=list)
+    preemptible: bool = True
+    is_default: bool = False
+    pending: int = 0
+    running: int = 0
+
+
+class QosOut(BaseModel):
+    name: str
+    priority: int
+    preempt: list[str] = Field(default_factory=list)
+    preempt_mode: str
+    grace_s: int
+    usage_factor: float
+    max_jobs_per_user: int
+    max_gpus_per_user: int
+    max_gpus_per_account: int
+    group_gpus: int
+    max_wall_s: int
+    is_default: bool = False
+
+
+class AccountOut(BaseModel):
+    """One association of the account tree: an account, or a user under one."""
+
+    name: str
+    parent: str
+    kind: Literal["account", "user"]
+    shares: float
+    normalized_shares: float
+
+
+class ReservationOut(BaseModel):
+    name: str
+    start: int
+    end: int
+    nodes: list[str] = Field(default_factory=list)
+    gpus: int = 0
+    users: list[str] = Field(default_factory=list)
+    accounts: list[str] = Field(default_factory=list)
+    maintenance: bool = False
+
+
+class FairshareRow(BaseModel):
+    """Fairshare of one association: its shares, its decayed usage and its factor."""
+
+    account: str
+    user: str | None = None
+    shares: float
+    normalized_shares: float
+    usage: float = Field(description="decayed billable GPU-seconds")
+    normalized_usage: float
+    factor: float | None = Field(None, description="the user's fairshare factor in [0, 1]")
+
+
+class UsageRow(BaseModel):
+    """GPU-hours one key (a user, account, partition or QoS) used over a time range."""
+
+    key: str
+    gpu_hours: float
+    jobs: int = Field(description="distinct jobs with a run overlapping the range")
+    runs: int
+
+
+class TokenOut(BaseModel):
+    """A token as listed: never its secret."""
+
+    id: str
+    name: str
+    user: str
+    role: Role
+    node: str | None = None
+    created: float
+    revoked: bool = False
+
+
+class TokenCreated(TokenOut):
+    """A new token: ``token`` is shown this once and stored only as a hash."""
+
+    token: str
+
+
+class AuditEntry(BaseModel):
+    id: int
+    time: float
+    who: str
+    action: str
+    target: str = ""
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry]
+    next_cursor: str | None = None
+
+
+class ConfigOut(BaseModel):
+    """The effective configuration document and its version (1 at first start)."""
+
+    version: int
+    config: dict[str, Any]
+    updated: float
+    updated_by: str = ""
+
+
+class OutputChunk(BaseModel):
+    """A slice of a job's stdout or stderr file; ask again from ``next_offset`` for more."""
+
+    job_id: str
+    stream: Literal["stdout", "stderr"]
+    path: str
+    offset: int
+    next_offset: int
+    data: str
+    eof: bool = Field(description="the job has ended and nothing remains past next_offset")
