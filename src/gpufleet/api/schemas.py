@@ -7,7 +7,7 @@ so that an absurd request is refused before it reaches the scheduler.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -168,3 +168,29 @@ class Problem(BaseModel):
     status: int
     detail: str = ""
     errors: list[dict[str, str]] = Field(default_factory=list)
+
+
+class TokenCreate(_Request):
+    """A new API token: ``node`` is required for, and only for, the ``node`` role."""
+
+    name: str = Field(..., min_length=1, max_length=128)
+    user: str = Field(..., min_length=1, max_length=128)
+    role: Role
+    node: str | None = Field(None, min_length=1, max_length=128)
+
+
+class ConfigPatch(_Request):
+    """A JSON merge patch (RFC 7386) of the configuration document.
+
+    ``version``, if given, must be the current version, so that two admins
+    editing at once cannot silently overwrite each other.
+    """
+
+    patch: dict[str, Any]
+    version: int | None = Field(None, ge=1)
+
+
+class Health(BaseModel):
+    """The liveness answer of ``/healthz``."""
+
+    status: Literal["ok"] = "ok"

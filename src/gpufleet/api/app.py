@@ -1,0 +1,46 @@
+"""The controller's HTTP API: ``create_app(controller)`` builds the ASGI application.
+
+The app holds no state of its own and manages no lifecycle: whoever serves
+it starts the controller before and stops it after. Every route but
+``/healthz`` needs a bearer token, the OpenAPI document included (served at
+``/v1/openapi.json``). Every error is ``application/problem+json``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI
+
+from gpufleet.api import openapi, problems
+from gpufleet.api.auth import authenticate
+from gpufleet.api.routers import agents, cluster, config, health, jobs, nodes, tokens, usage
+from gpufleet.controller.service import Controller, Principal
+
+MAX_BODY_BYTES = 2 << 20
+"""Requests with a longer body are refused with 413 (a script is capped at 1 MB)."""
+
+VERSION = "1"
+
+
+def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The API application serving ``controller``."""
+    app = FastAPI(
+        title="gpufleet",
+        version=VERSION,
+        description="The gpufleet controller: jobs, nodes, policy, accounting and agents.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.controller = controller
+    problems.install(app)
+    app.add_middleware(problems.Guard, max_body=max_body_bytes)
+    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents):
+        app.include_router(module.router)
+
+    @app.get("/v1/openapi.json", include_in_schema=False)
+    def openapi_json(_: Annotated[Principal, Depends(authenticate)]) -> dict[str, Any]:
+        return openapi.document(app)
+
+    return app

@@ -1,0 +1,83 @@
+"""Authentication and roles at the edge.
+
+Every route but ``/healthz`` depends on ``require(...)``: the bearer token
+must name a live principal (else 401 with ``WWW-Authenticate: Bearer``)
+whose role is one the route allows (else 403). Ownership (a user's own
+jobs, a node's own agent endpoints) is the service's to check: it knows
+who owns what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gpufleet.api.schemas import Role
+from gpufleet.controller.service import Controller, Principal
+
+USERS: tuple[Role, ...] = ("user", "operator", "admin")
+"""People: everyone but node tokens."""
+OPERATORS: tuple[Role, ...] = ("operator", "admin")
+ADMINS: tuple[Role, ...] = ("admin",)
+AGENTS: tuple[Role, ...] = ("node", "admin")
+"""Node tokens act for their own node; an admin may act for any node."""
+
+MAX_TOKEN_LENGTH = 256
+
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    bearerFormat="gf_<43 url-safe characters>",
+    description="a token from `gpufleet token create` or `POST /v1/tokens`",
+)
+
+
+def get_controller(request: Request) -> Controller:
+    """The controller the app was built with."""
+    controller: Controller = request.app.state.controller
+    return controller
+
+
+ControllerDep = Annotated[Controller, Depends(get_controller)]
+
+
+def _unauthorized(detail: str, error: str | None) -> HTTPException:
+    challenge = f'Bearer realm="gpufleet", error="{error}"' if error else 'Bearer realm="gpufleet"'
+    return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
+
+
+def authenticate(
+    controller: ControllerDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal:
+    """The caller's principal, from ``Authorization: Bearer TOKEN``; 401 without one."""
+    if credentials is None:
+        raise _unauthorized("an Authorization: Bearer token is required", None)
+    token = credentials.credentials
+    principal = (
+        controller.authenticate(token=token) if len(token) <= MAX_TOKEN_LENGTH else None
+    )
+    if principal is None:
+        raise _unauthorized("the token is unknown or revoked", "invalid_token")
+    return principal
+
+
+def require(*roles: Role) -> Callable[[Principal], Principal]:
+    """A dependency that admits only principals with one of ``roles`` (403 otherwise)."""
+    allowed = frozenset(roles)
+
+    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if principal.role not in allowed:
+            raise HTTPException(403, f"the {principal.role} role may not do this")
+        return principal
+
+    return check
+
+
+User = Annotated[Principal, Depends(require(*USERS))]
+Operator = Annotated[Principal, Depends(require(*OPERATORS))]
+Admin = Annotated[Principal, Depends(require(*ADMINS))]
+Agent = Annotated[Principal, Depends(require(*AGENTS))]

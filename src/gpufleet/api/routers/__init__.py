@@ -1,0 +1,1 @@
+"""The API's routers: each validates with the schemas, calls one service method, maps the result."""
