@@ -13,6 +13,7 @@ from typing import Protocol, cast
 
 import typer
 
+from gpufleet.cli.config import config
 from gpufleet.cli.sim import sim
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sim, name="sim")
+app.add_typer(config, name="config")
 
 
 class _ClickError(Protocol):
