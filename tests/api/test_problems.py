@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from api.live import client, serve
 from gpufleet.api.app import create_app
 from gpufleet.api.problems import PROBLEM_JSON
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.service import Principal
-from api.live import client, serve
 
 TOKENS = {
     "gf_user": Principal(user="alice", role="user"),
