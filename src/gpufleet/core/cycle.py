@@ -85,7 +85,9 @@ class Snapshot:
     ``state`` already holds the allocations of every job in ``running``.
     ``fairshare`` maps a user to a factor in [0, 1] precomputed by the driver;
     ``accounts`` is the account tree (``core.accounts``), passed through
-    untouched for orderings that need it.
+    untouched for orderings that need it. ``signalled`` maps each running
+    job already told to stop (in its preemption grace time) to the job it
+    was preempted for.
     """
 
     state: ClusterState
@@ -97,6 +99,7 @@ class Snapshot:
     reservations: Sequence[Reservation] = ()
     fairshare: Mapping[str, float] = field(default_factory=dict)
     accounts: object | None = None
+    signalled: Mapping[str, str] = field(default_factory=dict)
 
 
 class Ordering(Protocol):

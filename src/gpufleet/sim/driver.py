@@ -1,10 +1,12 @@
 """The what-if simulator: a discrete-event driver of the scheduling cycle in virtual time.
 
-It is the controller's twin. Both hand ``core.cycle.run_cycle`` a snapshot and
-apply the plan it returns; this one applies it to a ``ClusterState`` and
-advances a virtual clock from event to event (``sim.events``) instead of
-reading a wall clock. There is no policy here: who runs, where, and whom to
-preempt all come from the profile's plugins.
+It is the controller's twin. Both keep an ``engine.JobBook``, hand
+``core.cycle.run_cycle`` its snapshot and let the book apply the plan; this
+one turns the book's effects into events and advances a virtual clock from
+event to event (``sim.events``) instead of reading a wall clock. What it
+adds is its own bookkeeping: per-job records (work done and lost) and the
+time series. There is no policy here: who runs, where, and whom to preempt
+all come from the profile's plugins.
 
 **Trace jobs become core jobs** (``to_job``): the QoS is the job's priority
 class (``high``, ``normal``, ``low``) or ``preemptible`` for a preemptible
@@ -33,20 +35,20 @@ from __future__ import annotations
 import time as wallclock
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.accounts import Account, AccountTree, AccountUsage, User
-from gpufleet.core.cycle import Plan, SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.accounts import Account, AccountTree, User
+from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
-from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
+from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation
 from gpufleet.core.model import MILLI, Node
 from gpufleet.core.placement import Placer
-from gpufleet.core.state import Assignment, ClusterState, OverAllocation
-from gpufleet.policies.fairshare import FairshareArgs, accrue, charge
+from gpufleet.core.state import Assignment, ClusterState
+from gpufleet.engine.book import JobBook, RunEnd, Started
+from gpufleet.engine.ledger import UsageLedger
+from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces.record import TraceJob
@@ -144,8 +146,6 @@ class JobRecord:
     end: int = -1
     assignments: tuple[Assignment, ...] = ()
     last_assignments: tuple[Assignment, ...] = ()
-    signalled: bool = False
-    cancel: bool = False
     preemptions: int = 0
     failures: int = 0
     requeues: int = 0
@@ -191,72 +191,6 @@ class SimResult:
     node_failures: int = 0
 
 
-class UsageLedger:
-    """Fairshare usage between cycles, charged as ``policies.fairshare.charge`` bills.
-
-    A running job bills at a constant rate, so the ledger keeps the billed
-    GPU-seconds per second of every association and decays and charges the
-    usage in one vector step whenever that rate changes. Each job's rate is
-    what ``charge`` bills it for one second, cached by what it depends on.
-    Orderings see a new ``AccountUsage`` at most every ``recalc_s`` seconds,
-    as Slurm recomputes fairshare every PriorityCalcPeriod.
-    """
-
-    def __init__(
-        self,
-        tree: AccountTree,
-        args: FairshareArgs,
-        state: ClusterState,
-        qos: dict[str, QoS],
-        recalc_s: int,
-    ) -> None:
-        self.tree, self.args, self.state, self.qos = tree, args, state, qos
-        self.recalc_s = recalc_s
-        self.usage = np.zeros(len(tree))
-        self.rate = np.zeros(len(tree))
-        self.index = np.arange(len(tree))
-        self.at = 0
-        self.snapshot = AccountUsage(tree, self.usage)
-        self.snapshot_at: int | None = None
-        self._rates: dict[tuple[str, str, str, int, str], npt.NDArray[np.float64]] = {}
-
-    def _accrue(self, now: int) -> None:
-        if now > self.at:
-            elapsed = now - self.at
-            self.usage = accrue(
-                self.usage, elapsed, self.args.half_life_s, self.index, self.rate * elapsed
-            )
-            self.at = now
-
-    def _job_rate(self, r: RunningJob) -> npt.NDArray[np.float64]:
-        j = r.job
-        model = self.state.nodes[r.assignments[0].node].gpu_model if r.assignments else ""
-        key = (j.account, j.user, j.qos, j.gpu_milli, model)
-        rate = self._rates.get(key)
-        if rate is None:
-            zero = AccountUsage(self.tree, np.zeros(len(self.tree)))
-            rate = charge(zero, [r], self.state, self.qos, 1, self.args).usage
-            self._rates[key] = rate
-        return rate
-
-    def start(self, r: RunningJob, now: int) -> None:
-        self._accrue(now)
-        self.rate += self._job_rate(r)
-
-    def stop(self, r: RunningJob, now: int) -> None:
-        self._accrue(now)
-        self.rate -= self._job_rate(r)
-
-    def view(self, now: int) -> AccountUsage:
-        """The usage orderings see at ``now``."""
-        self._accrue(now)
-        if self.snapshot_at is None or now - self.snapshot_at >= self.recalc_s:
-            # Subtracting rates can leave -1e-12 where a rate went back to 0.
-            self.snapshot = AccountUsage(self.tree, np.maximum(self.usage, 0.0))
-            self.snapshot_at = now
-        return self.snapshot
-
-
 ProgressFn = Callable[[int, int], None]
 """Called with (jobs finished, jobs in all) as the replay advances."""
 
@@ -288,23 +222,25 @@ class Simulation:
     ) -> None:
         self.config = config or SimConfig()
         self.name = name or scheduling.ordering.NAME
-        self.state = ClusterState(nodes)
         self.sched = scheduling
         self.qos = qos or default_qos(preempt=scheduling.preemption is not None)
-        self.reservations = list(reservations)
         self.fairshare = fairshare
         self.progress = progress
         self.queue = EventQueue()
         self.records: dict[str, JobRecord] = {}
-        self.pending: dict[str, Job] = {}
-        self.running: dict[str, RunningJob] = {}
-        self.on_node: list[set[str]] = [set() for _ in nodes]
         self.now = 0
         self.done = 0
-        self._build_records(jobs)
-        self._build_accounts(shares or {})
+        self._build_records(nodes, jobs, reservations)
         names = sorted({r.job.partition for r in self.records.values()})
-        self.partitions = {**{n: Partition(n) for n in names}, **(partitions or {})}
+        self.book = JobBook(
+            nodes,
+            self.qos,
+            {**{n: Partition(n) for n in names}, **(partitions or {})},
+            ledger=self._build_ledger(shares or {}),
+            reservations=reservations,
+        )
+        self.state = self.book.state
+        self.pending, self.running = self.book.pending, self.book.running
         self.faults = (
             FaultModel(self.config.mtbf_s, self.config.mttr_s, self.config.seed)
             if self.config.mtbf_s
@@ -326,8 +262,10 @@ class Simulation:
         self.sample_s = self.config.sample_s or self._default_sample_s(jobs)
 
     # -- set-up ----------------------------------------------------------------
-    def _build_records(self, jobs: Sequence[TraceJob]) -> None:
-        idle = ClusterState(self.state.nodes)
+    def _build_records(
+        self, nodes: Sequence[Node], jobs: Sequence[TraceJob], reservations: Sequence[Reservation]
+    ) -> None:
+        idle = ClusterState(nodes)
         placer = Placer(self.sched.placement)
         fits: dict[object, bool] = {}
         for t in jobs:
@@ -343,11 +281,12 @@ class Simulation:
             else:
                 self.queue.push(t.submit_time, Kind.ARRIVAL, t.id)
             self.records[t.id] = rec
-        for res in self.reservations:
+        for res in reservations:
             self.queue.push(res.start, Kind.RESERVATION)
             self.queue.push(res.end, Kind.RESERVATION)
 
-    def _build_accounts(self, shares: dict[str, float]) -> None:
+    def _build_ledger(self, shares: dict[str, float]) -> UsageLedger | None:
+        """The fairshare ledger (None without fairshare); sets ``entitlement``."""
         pairs = sorted({(r.job.account, r.job.user) for r in self.records.values()})
         names = sorted({a for a, _ in pairs})
         tree = AccountTree(
@@ -356,13 +295,9 @@ class Simulation:
         )
         norm = tree.normalized_shares()
         self.entitlement = {a: float(norm[tree.account(a)]) for a in names}
-        self.ledger = (
-            None
-            if self.fairshare is None
-            else UsageLedger(
-                tree, self.fairshare, self.state, self.qos, self.config.priority_calc_s
-            )
-        )
+        if self.fairshare is None:
+            return None
+        return UsageLedger(tree, self.fairshare, self.qos, self.config.priority_calc_s)
 
     def _meter(self, jobs: Sequence[TraceJob]) -> FragmentationMeter | None:
         requests = [t.request for t in jobs if not t.request.mig_profile]
@@ -452,19 +387,22 @@ class Simulation:
         match ev.kind:
             case Kind.ARRIVAL:
                 rec = self.records[str(ev.key)]
-                self._queue(rec.job)
+                self.book.submit(rec.job)
+                self.waiting[rec.job.account] += 1
                 return True
             case Kind.JOB_END:
                 rec = self.records[str(ev.key)]
                 if rec.run != ev.run or rec.state != JobState.RUNNING.value:
                     return False
-                self._finish(rec)
+                self._finished(rec, self.book.finish(rec.job.id, self.now))
                 return True
             case Kind.PREEMPT:
                 rec = self.records[str(ev.key)]
                 if rec.run != ev.run or rec.state != JobState.RUNNING.value:
                     return False
-                self._stop(rec, cause="preemption")
+                requeue = self.book.signals[rec.job.id].mode == "requeue"
+                end = self.book.stop(rec.job.id, self.now, requeue=requeue)
+                self._stopped(rec, end, cause="preemption")
                 return True
             case Kind.CHECKPOINT:
                 self._checkpoint(str(ev.key), ev.run)
@@ -484,79 +422,40 @@ class Simulation:
                     self.tick_at = None
                 return True
 
-    def _queue(self, job: Job) -> None:
-        self.pending[job.id] = job
-        self.waiting[job.account] += 1
-
     # -- the cycle -------------------------------------------------------------
     def cycle(self) -> Plan:
-        """Run one scheduling cycle now and apply its plan."""
+        """Run one scheduling cycle now and let the book apply its plan."""
         now = self.now
-        snapshot = Snapshot(
-            state=self.state,
-            running=list(self.running.values()),
-            pending=list(self.pending.values()),
-            qos=self.qos,
-            partitions=self.partitions,
-            now=now,
-            reservations=[r for r in self.reservations if r.end > now],
-            accounts=self.ledger.view(now) if self.ledger is not None else None,
-        )
-        plan = run_cycle(snapshot, self.sched, now)
+        plan = run_cycle(self.book.snapshot(now), self.sched, now)
         self.cycles += 1
         self.last_cycle = now
-        for p in plan.preemptions:
-            rec = self.records[p.job_id]
-            if rec.signalled or rec.state != JobState.RUNNING.value:
-                continue
-            rec.signalled = True
+        effects = self.book.apply(plan, now)
+        for end in effects.stopped:
+            rec = self.records[end.job_id]
             rec.preemptions += 1
-            rec.cancel = p.mode == "cancel"
-            if p.grace_s == 0:
-                self._stop(rec, cause="preemption")
-            else:
-                # Backfill sees the victim let go when its grace time ends.
-                r = self.running[rec.job.id]
-                self.running[rec.job.id] = replace(r, expected_end=now + p.grace_s)
-                self.queue.push(now + p.grace_s, Kind.PREEMPT, rec.job.id, rec.run)
-        for job_id, assignments in plan.starts.items():
-            self._start(self.records[job_id], assignments)
+            self._stopped(rec, end, cause="preemption")
+        for sig in effects.signalled:
+            self.records[sig.job_id].preemptions += 1
+            self.queue.push(sig.deadline, Kind.PREEMPT, sig.job_id, sig.run)
+        for started in effects.started:
+            self._started(self.records[started.job_id], started)
         if self.config.interval_s and self.pending and self.tick_at is None:
             self.tick_at = now + self.config.interval_s
             self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
         return plan
 
     # -- runs ------------------------------------------------------------------
-    def _start(self, rec: JobRecord, assignments: list[Assignment]) -> None:
-        done: list[Assignment] = []
-        try:
-            for a in assignments:
-                self.state.allocate(a)
-                done.append(a)
-        except OverAllocation:
-            # A victim in its grace time still holds what the plan gave this job.
-            for a in reversed(done):
-                self.state.release(a)
-            return
-        now = self.now
-        del self.pending[rec.job.id]
-        self.waiting[rec.job.account] -= 1
-        rec.run += 1
+    def _started(self, rec: JobRecord, started: Started) -> None:
+        now, job = self.now, rec.job
+        self.waiting[job.account] -= 1
+        rec.run = started.run
         rec.state = JobState.RUNNING.value
         rec.run_start = now
         rec.last_checkpoint = -1
-        rec.signalled = False
-        rec.assignments = rec.last_assignments = tuple(assignments)
+        rec.assignments = rec.last_assignments = started.assignments
         if rec.first_start < 0:
             rec.first_start = now
-        job = replace(rec.job, state=JobState.RUNNING, start_time=now, last_checkpoint=None)
         length = min(rec.remaining, job.time_limit_s)
-        r = RunningJob(job, rec.assignments, now + job.time_limit_s)
-        self.running[job.id] = r
-        if self.ledger is not None:
-            self.ledger.start(r, now)
-        for a in assignments:
-            self.on_node[a.node].add(job.id)
         self.alloc_milli += job.gpu_milli
         self.held[job.account] += job.gpu_milli
         self.queue.push(now + length, Kind.JOB_END, job.id, rec.run)
@@ -569,30 +468,22 @@ class Simulation:
         if rec.run != run or rec.state != JobState.RUNNING.value:
             return
         rec.last_checkpoint = self.now
-        r = self.running[job_id]
-        self.running[job_id] = replace(r, job=replace(r.job, last_checkpoint=self.now))
+        self.book.checkpoint(job_id, self.now)
         interval = rec.job.checkpoint_interval_s
         assert interval is not None
         if self.now + interval < rec.run_start + min(rec.remaining, rec.job.time_limit_s):
             self.queue.push(self.now + interval, Kind.CHECKPOINT, job_id, run)
 
-    def _release(self, rec: JobRecord) -> int:
-        """Take the job off its nodes; return how long this run lasted."""
-        r = self.running.pop(rec.job.id)
-        if self.ledger is not None:
-            self.ledger.stop(r, self.now)
-        for a in r.assignments:
-            self.state.release(a)
-            self.on_node[a.node].discard(rec.job.id)
+    def _ended(self, rec: JobRecord, end: RunEnd) -> int:
+        """The record's share of a run's end; return how long the run lasted."""
         self.alloc_milli -= rec.job.gpu_milli
         self.held[rec.job.account] -= rec.job.gpu_milli
-        elapsed = self.now - rec.run_start
-        rec.allocated_gpu_s += rec.gpus * elapsed
+        rec.allocated_gpu_s += rec.gpus * end.elapsed
         rec.assignments = ()
-        return elapsed
+        return end.elapsed
 
-    def _finish(self, rec: JobRecord) -> None:
-        elapsed = self._release(rec)
+    def _finished(self, rec: JobRecord, end: RunEnd) -> None:
+        elapsed = self._ended(rec, end)
         rec.end = self.now
         if elapsed >= rec.remaining:
             rec.state = JobState.COMPLETED.value
@@ -604,9 +495,9 @@ class Simulation:
         rec.remaining = max(0, rec.remaining - elapsed)
         self.done += 1
 
-    def _stop(self, rec: JobRecord, *, cause: str) -> None:
-        """End a run early (preemption or failure): keep the checkpointed work, requeue."""
-        elapsed = self._release(rec)
+    def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
+        """A run ended early (preemption or failure): keep the checkpointed work."""
+        elapsed = self._ended(rec, end)
         kept = rec.last_checkpoint - rec.run_start if rec.last_checkpoint >= 0 else 0
         lost = rec.gpus * (elapsed - kept)
         if cause == "preemption":
@@ -615,8 +506,7 @@ class Simulation:
             rec.lost_failure_gpu_s += lost
         rec.saved_gpu_s += rec.gpus * kept
         rec.remaining -= kept
-        rec.signalled = False
-        if rec.cancel and cause == "preemption":
+        if end.outcome == "cancelled":
             rec.state = JobState.CANCELLED.value
             rec.end = self.now
             rec.lost_other_gpu_s += rec.saved_gpu_s
@@ -625,10 +515,8 @@ class Simulation:
             return
         rec.state = JobState.PENDING.value
         rec.requeues += 1
-        # rec.job is the job as queued; only the service it attained has grown.
-        attained = rec.job.gpu_seconds_attained + rec.gpus * elapsed
-        rec.job = replace(rec.job, gpu_seconds_attained=attained)
-        self._queue(rec.job)
+        rec.job = end.job  # the job as queued again, its attained service grown
+        self.waiting[rec.job.account] += 1
 
     # -- faults ----------------------------------------------------------------
     def _fail(self, node: int) -> None:
@@ -636,18 +524,15 @@ class Simulation:
         if not self.state.healthy[node]:
             return
         self.failures += 1
-        for job_id in sorted(self.on_node[node]):
-            rec = self.records[job_id]
+        for end in self.book.node_down(node, self.now):
+            rec = self.records[end.job_id]
             rec.failures += 1
-            self._stop(rec, cause="failure")
-        self.state.healthy[node] = False
-        self.state.version[node] += 1
+            self._stopped(rec, end, cause="failure")
         self.queue.push(self.now + self.faults.repair_after(), Kind.NODE_REPAIR, node)
 
     def _repair(self, node: int) -> None:
         assert self.faults is not None
-        self.state.healthy[node] = True
-        self.state.version[node] += 1
+        self.book.node_up(node)
         self.queue.push(self.now + self.faults.fail_after(), Kind.NODE_FAIL, node)
 
     # -- time series -----------------------------------------------------------

@@ -1,0 +1,391 @@
+"""The job book: the jobs a driver holds, and how a plan changes them.
+
+Both drivers keep one ``JobBook``: the simulator in virtual time, the
+controller in wall-clock time. It holds the cluster state, the pending jobs,
+the running ones and the victims in their preemption grace time, and it is
+the only thing that changes them, so that the two drivers cannot drift
+apart in how they carry out a plan. It is pure: every time is an argument,
+and it starts nothing. What happens in the world (a run ending, a node
+failing, a grace time running out) is the driver's to notice and report.
+
+API (``now`` is the driver's clock in integer seconds)::
+
+    book = JobBook(nodes, qos, partitions, ledger=None, reservations=())
+    book.submit(job)                       # queue a pending job
+    book.withdraw(job_id) -> Job           # take a pending job off the queue
+    book.snapshot(now) -> Snapshot         # what run_cycle reads
+    book.apply(plan, now) -> Effects       # carry out run_cycle's plan
+    book.finish(job_id, now) -> RunEnd     # a run ended by itself
+    book.stop(job_id, now, requeue=...)    # a run cut short: requeue or cancel
+    book.checkpoint(job_id, now)           # the run saved its work
+    book.node_down(node, now) -> [RunEnd]  # its runs are requeued
+    book.node_up(node)
+    book.add_node(node); book.remove_node(name)
+    book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
+
+``apply`` first signals the plan's victims: one with no grace time is
+stopped at once (``Effects.stopped``); one with a grace time keeps running
+until the driver stops it (``Effects.signalled`` with the deadline), and the
+snapshot names it as signalled, for the job it was preempted for, so later
+cycles neither pick it again nor give its room to another job. Then it
+starts the plan's jobs; a start whose room a victim in its grace time still
+holds is ``deferred`` and the job stays pending. Victims named again, or no
+longer running, are skipped.
+
+A requeued job goes back to the end of the queue as it was submitted, with
+the GPU service of the run added to ``gpu_seconds_attained``; a finished or
+cancelled job leaves the book. The ledger, when given, is charged for every
+run from its start to its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from gpufleet.core.cycle import Plan, Snapshot
+from gpufleet.core.job import Job, JobState, Partition, PreemptMode, QoS, Reservation, RunningJob
+from gpufleet.core.model import MILLI, Node
+from gpufleet.core.state import Assignment, ClusterState, OverAllocation
+from gpufleet.engine.ledger import UsageLedger
+
+Outcome = Literal["finished", "requeued", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One task's share of a start in the world's names.
+
+    ``gpus`` are indices on the node and ``gpu_uuids`` their UUIDs (empty
+    strings where the inventory gave none); ``mig`` are the MIG instances as
+    ``"GPU_INDEX:PROFILE@START"``.
+    """
+
+    node: str
+    gpus: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    gpu_milli: int
+    mig: tuple[str, ...]
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A run that began: its number (1 for the first), where, and its time-limit end."""
+
+    job_id: str
+    run: int
+    assignments: tuple[Assignment, ...]
+    placements: tuple[Placement, ...]
+    expected_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Signalled:
+    """A victim told to stop by ``deadline``, then requeued or cancelled, for ``for_job``."""
+
+    job_id: str
+    run: int
+    deadline: int
+    mode: PreemptMode
+    for_job: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A run that ended: how, when, and the job as it now is.
+
+    ``job`` is the requeued pending job for ``requeued`` (its attained
+    service grown by this run), else the job as it ran. ``elapsed`` is
+    ``end - start``.
+    """
+
+    job_id: str
+    run: int
+    outcome: Outcome
+    start: int
+    end: int
+    assignments: tuple[Assignment, ...]
+    job: Job
+
+    @property
+    def elapsed(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What ``apply`` did, in order: victims stopped or signalled, then starts."""
+
+    started: list[Started] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+    signalled: list[Signalled] = field(default_factory=list)
+    stopped: list[RunEnd] = field(default_factory=list)
+
+
+class UnknownJob(KeyError):
+    """The job id names no job in the state the call needs (pending or running)."""
+
+
+class JobBook:
+    """Pending and running jobs on a cluster, changed only through its methods.
+
+    ``pending`` and ``running`` are in the order jobs entered them (a
+    requeued job enters again at the end); ``signals`` maps each victim in
+    its grace time to its signal; ``runs`` counts each known job's runs.
+    Read them freely; change them only through the methods.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        qos: Mapping[str, QoS],
+        partitions: Mapping[str, Partition],
+        *,
+        ledger: UsageLedger | None = None,
+        reservations: Sequence[Reservation] = (),
+    ) -> None:
+        self.state = ClusterState(nodes)
+        self.qos = qos
+        self.partitions = partitions
+        self.reservations = list(reservations)
+        self.ledger = ledger
+        if ledger is not None:
+            ledger.state = self.state
+        self.pending: dict[str, Job] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.signals: dict[str, Signalled] = {}
+        self.runs: dict[str, int] = {}
+        self.on_node: list[set[str]] = [set() for _ in self.state.nodes]
+
+    # -- the queue -------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; ValueError if a job of that id is pending or running."""
+        if job.id in self.pending or job.id in self.running:
+            raise ValueError(f"job {job.id}: already in the book")
+        self.pending[job.id] = job
+
+    def withdraw(self, job_id: str) -> Job:
+        """Take a pending job off the queue (cancelled or held away) and return it."""
+        try:
+            return self.pending.pop(job_id)
+        except KeyError:
+            raise UnknownJob(job_id) from None
+
+    def snapshot(self, now: int) -> Snapshot:
+        """What a cycle at ``now`` reads: reservations not yet over, usage as of ``now``."""
+        return Snapshot(
+            state=self.state,
+            running=list(self.running.values()),
+            pending=list(self.pending.values()),
+            qos=self.qos,
+            partitions=self.partitions,
+            now=now,
+            reservations=[r for r in self.reservations if r.end > now],
+            accounts=self.ledger.view(now) if self.ledger is not None else None,
+            signalled={v: s.for_job for v, s in self.signals.items()},
+        )
+
+    # -- carrying out a plan ---------------------------------------------------
+    def apply(self, plan: Plan, now: int) -> Effects:
+        """Signal or stop the plan's victims, then start its jobs (see the module docstring)."""
+        effects = Effects()
+        for p in plan.preemptions:
+            r = self.running.get(p.job_id)
+            if r is None or p.job_id in self.signals:
+                continue
+            if p.grace_s == 0:
+                effects.stopped.append(self._end(r, now, _mode_outcome(p.mode)))
+                continue
+            sig = Signalled(p.job_id, self.runs[p.job_id], now + p.grace_s, p.mode, p.for_job)
+            self.signals[p.job_id] = sig
+            # Backfill sees the victim let go when its grace time ends.
+            self.running[p.job_id] = replace(r, expected_end=sig.deadline)
+            effects.signalled.append(sig)
+        for job_id, assignments in plan.starts.items():
+            started = self._start(job_id, assignments, now)
+            if started is None:
+                effects.deferred.append(job_id)
+            else:
+                effects.started.append(started)
+        return effects
+
+    def _start(self, job_id: str, assignments: Sequence[Assignment], now: int) -> Started | None:
+        job = self.pending.get(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        done: list[Assignment] = []
+        try:
+            for a in assignments:
+                self.state.allocate(a)
+                done.append(a)
+        except OverAllocation:
+            # A victim in its grace time still holds what the plan gave this job.
+            for a in reversed(done):
+                self.state.release(a)
+            return None
+        del self.pending[job_id]
+        run = self.runs.get(job_id, 0) + 1
+        self.runs[job_id] = run
+        placed = tuple(assignments)
+        running = replace(job, state=JobState.RUNNING, start_time=now, last_checkpoint=None)
+        r = RunningJob(running, placed, now + job.time_limit_s)
+        self.running[job_id] = r
+        if self.ledger is not None:
+            self.ledger.start(r, now)
+        for a in placed:
+            self.on_node[a.node].add(job_id)
+        return Started(job_id, run, placed, tuple(self.placements(placed)), r.expected_end)
+
+    # -- runs ending -----------------------------------------------------------
+    def finish(self, job_id: str, now: int) -> RunEnd:
+        """The run of ``job_id`` ended by itself (done, failed or timed out); it leaves."""
+        return self._end(self._running(job_id), now, "finished")
+
+    def stop(self, job_id: str, now: int, *, requeue: bool) -> RunEnd:
+        """Cut the run of ``job_id`` short (preempted, cancelled, node lost)."""
+        return self._end(self._running(job_id), now, "requeued" if requeue else "cancelled")
+
+    def checkpoint(self, job_id: str, now: int) -> None:
+        """The run of ``job_id`` saved its work at ``now`` (preemption weighs what is at risk)."""
+        r = self._running(job_id)
+        self.running[job_id] = replace(r, job=replace(r.job, last_checkpoint=now))
+
+    def _running(self, job_id: str) -> RunningJob:
+        r = self.running.get(job_id)
+        if r is None:
+            raise UnknownJob(job_id)
+        return r
+
+    def _end(self, r: RunningJob, now: int, outcome: Outcome) -> RunEnd:
+        job_id = r.job.id
+        del self.running[job_id]
+        self.signals.pop(job_id, None)
+        if self.ledger is not None:
+            self.ledger.stop(r, now)
+        for a in r.assignments:
+            self.state.release(a)
+            self.on_node[a.node].discard(job_id)
+        start = r.job.start_time if r.job.start_time is not None else now
+        job = r.job
+        if outcome == "requeued":
+            attained = job.gpu_seconds_attained + job.gpu_milli / MILLI * (now - start)
+            job = replace(
+                job,
+                state=JobState.PENDING,
+                start_time=None,
+                last_checkpoint=None,
+                gpu_seconds_attained=attained,
+            )
+            self.pending[job_id] = job
+        return RunEnd(job_id, self.runs[job_id], outcome, start, now, r.assignments, job)
+
+    # -- nodes -----------------------------------------------------------------
+    def node_down(self, node: str | int, now: int) -> list[RunEnd]:
+        """Mark a node down; its runs are requeued (by job id). [] if it was already down."""
+        i = self._node(node)
+        if not self.state.healthy[i]:
+            return []
+        ends = [self._end(self.running[j], now, "requeued") for j in sorted(self.on_node[i])]
+        self.state.healthy[i] = False
+        self.state.version[i] += 1
+        return ends
+
+    def node_up(self, node: str | int) -> None:
+        """Mark a node usable again."""
+        i = self._node(node)
+        self.state.healthy[i] = True
+        self.state.version[i] += 1
+
+    def add_node(self, node: Node) -> None:
+        """A new node, usable at once; ValueError if its name is taken."""
+        if node.name in self.state.index:
+            raise ValueError(f"node {node.name}: already in the cluster")
+        self._rebuild([*self.state.nodes, node])
+
+    def remove_node(self, name: str) -> None:
+        """Take a node out of the cluster; ValueError while a run holds it."""
+        i = self._node(name)
+        if self.on_node[i]:
+            raise ValueError(f"node {name}: jobs run on it: {', '.join(sorted(self.on_node[i]))}")
+        self._rebuild([n for n in self.state.nodes if n.name != name])
+
+    def _node(self, node: str | int) -> int:
+        if isinstance(node, int):
+            if not 0 <= node < self.state.num_nodes:
+                raise KeyError(node)
+            return node
+        try:
+            return self.state.index[node]
+        except KeyError:
+            raise KeyError(node) from None
+
+    def _rebuild(self, nodes: Sequence[Node]) -> None:
+        """A new state over ``nodes``, keeping health and every run's allocation.
+
+        Node and MIG instance indices shift past a removed node, so running
+        jobs' assignments are renumbered by name.
+        """
+        old = self.state
+        new = ClusterState(nodes)
+        old_mig = _mig_keys(old)
+        new_mig = {key: m for m, key in enumerate(_mig_keys(new))}
+        for name, i in new.index.items():
+            if name in old.index:
+                new.healthy[i] = old.healthy[old.index[name]]
+
+        def moved(a: Assignment) -> Assignment:
+            node = new.index[old.nodes[a.node].name]
+            return replace(a, node=node, mig=tuple(new_mig[old_mig[m]] for m in a.mig))
+
+        for job_id, r in list(self.running.items()):
+            placed = tuple(moved(a) for a in r.assignments)
+            for a in placed:
+                new.allocate(a)
+            self.running[job_id] = replace(r, assignments=placed)
+        self.state = new
+        self.on_node = [set() for _ in new.nodes]
+        for job_id, r in self.running.items():
+            for a in r.assignments:
+                self.on_node[a.node].add(job_id)
+        if self.ledger is not None:
+            self.ledger.state = new
+
+    # -- names -----------------------------------------------------------------
+    def placements(self, assignments: Iterable[Assignment]) -> list[Placement]:
+        """Assignments in the world's names: node names, GPU UUIDs and MIG instance ids."""
+        st = self.state
+        out = []
+        for a in assignments:
+            node = st.nodes[a.node]
+            gpus = a.gpus or tuple(sorted({int(st.mig_gpu[m]) for m in a.mig}))
+            mig = tuple(_mig_id(st, m) for m in a.mig)
+            out.append(
+                Placement(
+                    node=node.name,
+                    gpus=gpus,
+                    gpu_uuids=tuple(node.gpus[g].uuid for g in gpus),
+                    gpu_milli=a.gpu_milli,
+                    mig=mig,
+                    cpu_milli=a.cpu_milli,
+                    memory_mib=a.memory_mib,
+                )
+            )
+        return out
+
+
+def _mode_outcome(mode: PreemptMode) -> Outcome:
+    return "requeued" if mode == "requeue" else "cancelled"
+
+
+def _mig_keys(st: ClusterState) -> list[tuple[str, int, int]]:
+    """Each MIG instance as (node name, GPU index, start slice), in the state's order."""
+    nodes, gpus, starts = st.mig_node.tolist(), st.mig_gpu.tolist(), st.mig_start.tolist()
+    return [(st.nodes[n].name, g, s) for n, g, s in zip(nodes, gpus, starts, strict=True)]
+
+
+def _mig_id(st: ClusterState, m: int) -> str:
+    profile = st.mig_profiles[int(st.mig_profile[m])]
+    return f"{int(st.mig_gpu[m])}:{profile}@{int(st.mig_start[m])}"
