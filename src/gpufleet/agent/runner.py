@@ -1,0 +1,377 @@
+"""Starting runs as real processes, killing them, and learning how they ended.
+
+``Runner`` keeps one directory per run under ``STATE_DIR/runs`` and starts
+each run under its own supervisor process (``gpufleet.agent.supervise``
+explains why and what the files hold). Everything the runner knows is in
+those directories, so a new ``Runner`` on the same state directory (a
+restarted agent) finds the runs that still run and the ends not yet
+reported, and kills nothing.
+
+Runs are keyed by ``(job_id, run)``. ``start`` ignores a key it already
+holds or has reported, ``kill`` ignores one it does not hold, and a report
+stays in ``reports()`` until ``acknowledge``, so every call may be repeated.
+Acknowledged runs leave a small marker in ``STATE_DIR/done`` for a week, so
+that a late duplicate of a start never runs a finished job twice.
+
+The job's environment is the submitted one plus ``GPUFLEET_*`` variables,
+their ``SLURM_*`` equivalents, and ``CUDA_VISIBLE_DEVICES`` listing the
+assigned GPU (or MIG) UUIDs: empty when none are assigned, so that a CPU
+job sees no GPU. When the agent runs as root, a run executes as its
+submitting user (which must exist on the host), unless ``same_user`` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pwd
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gpufleet.agent import supervise
+from gpufleet.agent.supervise import read_json, signal_number, write_json
+from gpufleet.api.agent_schemas import JobLaunch, RunRef, RunReport
+
+Key = tuple[str, int]
+
+SAFE_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Job ids that are also safe directory names ("123", "123_4")."""
+DONE_TTL_S = 7 * 86400
+DEFAULT_WARN_BEFORE_S = 60  # Slurm's --signal default when no @seconds is given
+_SIGNAL_SPEC = re.compile(r"(B:)?([A-Za-z0-9]+)(?:@(\d+))?")
+
+
+class LaunchError(Exception):
+    """A launch that cannot become a run (the message says why)."""
+
+
+def job_environment(launch: JobLaunch, node: str) -> dict[str, str]:
+    """The environment a run gets: the job's own, then the scheduler's variables.
+
+    The scheduler's variables win over same-named ones in the job's environment
+    (which often carries a stale ``SLURM_JOB_ID`` from the submitting shell).
+    """
+    env = dict(launch.env)
+    ids = {
+        "JOB_ID": launch.job_id,
+        "NODE": node,
+        "RESTART_COUNT": str(launch.run - 1),
+        "JOB_NAME": launch.name,
+        "JOB_NODELIST": ",".join(launch.node_list or [node]),
+        "JOB_NUM_NODES": str(len(launch.node_list) or 1),
+        "NODEID": str(launch.node_rank),
+    }
+    if launch.array_job_id is not None and launch.array_task_id is not None:
+        ids["ARRAY_JOB_ID"] = launch.array_job_id
+        ids["ARRAY_TASK_ID"] = str(launch.array_task_id)
+    for name, value in ids.items():
+        env["GPUFLEET_" + name] = value
+        env["SLURM_" + name] = value
+    env["SLURM_JOBID"] = launch.job_id
+    env["SLURMD_NODENAME"] = node
+    if launch.cpu_milli > 0:
+        env["SLURM_CPUS_ON_NODE"] = str(max(1, launch.cpu_milli // 1000))
+    if launch.gpu_milli > 0:
+        env["GPUFLEET_GPU_MILLI"] = str(launch.gpu_milli)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.gpu_uuids)
+    return env
+
+
+def parse_signal_spec(spec: str) -> tuple[int, int, bool]:
+    """``[B:]SIG[@seconds]`` as (signal, seconds before the limit, to the batch process only)."""
+    match = _SIGNAL_SPEC.fullmatch(spec.strip())
+    if match is None:
+        raise LaunchError(f"signal: {spec!r} is not [B:]SIG[@seconds]")
+    batch, name, seconds = match.groups()
+    try:
+        number = signal_number(name)
+    except ValueError as e:
+        raise LaunchError(f"signal: {e}") from None
+    return number, int(seconds) if seconds else DEFAULT_WARN_BEFORE_S, batch is not None
+
+
+class Runner:
+    """The runs of one node, kept in ``state_dir``. Safe to call from several threads."""
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        node: str,
+        *,
+        same_user: bool = False,
+        python: str = sys.executable,
+    ) -> None:
+        self.node = node
+        self.same_user = same_user or os.geteuid() != 0
+        self._python = python
+        self._runs = Path(state_dir) / "runs"
+        self._done = Path(state_dir) / "done"
+        for path in (self._runs, self._done):
+            path.mkdir(parents=True, exist_ok=True)
+        # Runs as another user need to reach their own directory inside.
+        self._runs.chmod(0o711)
+        self._lock = threading.Lock()
+        self._active: set[Key] = set()
+        self._ended: dict[Key, RunReport] = {}
+        self._children: dict[Key, int] = {}  # supervisor PIDs this object started
+        self._prune_done()
+        for rundir in sorted(self._runs.iterdir()):
+            job_id, _, run = rundir.name.rpartition(".")
+            if SAFE_JOB_ID.fullmatch(job_id) and run.isdigit():
+                self._active.add((job_id, int(run)))
+        self.poll()
+
+    # -- the agent's calls -------------------------------------------------------------
+
+    def start(self, launch: JobLaunch) -> bool:
+        """Start a run; False when this ``(job_id, run)`` is already held or was reported.
+
+        A run that cannot start (bad spec, workdir, output directory, missing
+        executable or interpreter, unknown user) ends as a ``failed_to_start``
+        report; this method itself does not fail for bad launches.
+        """
+        key = (launch.job_id, launch.run)
+        with self._lock:
+            if key in self._active or key in self._ended or self._is_done(key):
+                return False
+            if not SAFE_JOB_ID.fullmatch(launch.job_id):
+                self._ended[key] = _failed(key, f"job id {launch.job_id!r} is not a safe name")
+                return True
+            rundir = self._dir(key)
+            try:
+                rundir.mkdir(mode=0o700)
+            except FileExistsError:
+                return False
+            self._active.add(key)
+            try:
+                user = self._user(launch.user)
+                write_json(rundir / supervise.RUN_FILE, self._plan(launch, rundir))
+                if user is not None:
+                    _chown_tree(rundir, user)
+                self._children[key] = self._spawn(rundir, user)
+            except (LaunchError, OSError) as e:
+                message = str(e) if isinstance(e, LaunchError) else f"agent: {e}"
+                write_json(rundir / supervise.STATUS_FILE, _status_json("failed_to_start", message))
+            return True
+
+    def kill(self, job_id: str, run: int, sig: str, grace_s: int, reason: str = "") -> bool:
+        """Ask a run's supervisor to send ``sig`` to the job, then SIGKILL after ``grace_s``.
+
+        False (nothing done) for a run not running here; repeating a request
+        is harmless and never postpones an earlier SIGKILL.
+        """
+        key = (job_id, run)
+        with self._lock:
+            if key not in self._active:
+                return False
+            try:
+                signal_number(sig)
+            except ValueError:
+                sig = "TERM"
+            rundir = self._dir(key)
+            request = {"signal": sig, "grace_s": max(0, grace_s), "reason": reason}
+            write_json(rundir / supervise.KILL_FILE, request)
+            # The supervisor reads kill.json once after writing proc.json, so
+            # whichever of us goes second, the request is seen.
+            proc = read_json(rundir / supervise.PROC_FILE)
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(proc["supervisor_pid"]), signal.SIGUSR1)
+            return True
+
+    def poll(self) -> list[RunReport]:
+        """Collect runs that ended since the last call and return their reports."""
+        new: list[RunReport] = []
+        with self._lock:
+            for key in sorted(self._active):
+                report = self._ended_report(key)
+                if report is not None:
+                    self._active.discard(key)
+                    self._ended[key] = report
+                    new.append(report)
+            for key, pid in list(self._children.items()):
+                with contextlib.suppress(ChildProcessError):
+                    if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                        continue  # reap our own supervisors; re-attached ones are not ours
+                del self._children[key]
+        return new
+
+    def running(self) -> list[RunRef]:
+        """The runs this node holds now."""
+        with self._lock:
+            return [RunRef(job_id=j, run=r) for j, r in sorted(self._active)]
+
+    def reports(self) -> list[RunReport]:
+        """Ends not yet acknowledged by the controller."""
+        with self._lock:
+            return [self._ended[k] for k in sorted(self._ended)]
+
+    def acknowledge(self, keys: Iterable[Key]) -> None:
+        """Forget reported runs (the controller has recorded them); repeats are harmless."""
+        with self._lock:
+            for key in keys:
+                if self._ended.pop(key, None) is None:
+                    continue
+                if SAFE_JOB_ID.fullmatch(key[0]):
+                    (self._done / self._dir(key).name).touch()
+                    shutil.rmtree(self._dir(key), ignore_errors=True)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _dir(self, key: Key) -> Path:
+        return self._runs / f"{key[0]}.{key[1]}"
+
+    def _is_done(self, key: Key) -> bool:
+        return (self._done / self._dir(key).name).exists()
+
+    def _prune_done(self) -> None:
+        horizon = time.time() - DONE_TTL_S
+        for marker in self._done.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                if marker.stat().st_mtime < horizon:
+                    marker.unlink()
+
+    def _user(self, name: str) -> pwd.struct_passwd | None:
+        """The account to run as, or None to run as the agent's own user."""
+        if self.same_user:
+            return None
+        try:
+            account = pwd.getpwnam(name)
+        except KeyError:
+            # Never fall back to root for a user this host does not know.
+            raise LaunchError(f"user {name!r} does not exist on node {self.node}") from None
+        return None if account.pw_uid == os.geteuid() else account
+
+    def _plan(self, launch: JobLaunch, rundir: Path) -> dict[str, Any]:
+        """What the supervisor needs (``run.json``)."""
+        if (launch.argv is None) == (launch.script is None):
+            raise LaunchError("launch: give exactly one of argv and script")
+        if launch.script is not None:
+            script = rundir / "script"
+            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(launch.script)
+            argv = [str(script)] if launch.script.startswith("#!") else ["/bin/sh", str(script)]
+        else:
+            argv = list(launch.argv or ())
+        warn = parse_signal_spec(launch.signal) if launch.signal else None
+        return {
+            "job_id": launch.job_id,
+            "run": launch.run,
+            "argv": argv,
+            "workdir": launch.workdir,
+            "env": job_environment(launch, self.node),
+            "stdout": launch.stdout_path,
+            "stderr": launch.stderr_path,
+            "time_limit_s": launch.time_limit_s,
+            "kill_grace_s": launch.kill_grace_s,
+            "warn_signal": warn[0] if warn else None,
+            "warn_before_s": warn[1] if warn else 0,
+            "warn_batch_only": warn[2] if warn else False,
+        }
+
+    def _spawn(self, rundir: Path, user: pwd.struct_passwd | None) -> int:
+        """Start the run's supervisor in a session of its own; return its PID.
+
+        posix_spawn rather than Popen: the supervisor outlives this object by
+        design, and a Popen dropped while its process runs counts as a leak.
+        Only the lock is passed down (every other descriptor is non-inheritable).
+        """
+        lock = os.open(rundir / supervise.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            # Held from before the supervisor exists; it inherits the lock.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            os.set_inheritable(lock, True)
+            args = [self._python, "-m", "gpufleet.agent.supervise", str(rundir), str(lock)]
+            log = str(rundir / supervise.LOG_FILE)
+            return os.posix_spawn(
+                self._python,
+                args + ([user.pw_name] if user else []),
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,
+            )
+        finally:
+            os.close(lock)
+
+    def _ended_report(self, key: Key) -> RunReport | None:
+        """The run's report if it has ended; a run whose supervisor vanished is ended here."""
+        rundir = self._dir(key)
+        status = read_json(rundir / supervise.STATUS_FILE)
+        if status is None:
+            if _lock_held(rundir / supervise.LOCK_FILE):
+                return None
+            # The supervisor may have written its status just before exiting.
+            status = read_json(rundir / supervise.STATUS_FILE) or self._supervisor_lost(rundir)
+            write_json(rundir / supervise.STATUS_FILE, status)
+        return RunReport(job_id=key[0], run=key[1], **status)
+
+    def _supervisor_lost(self, rundir: Path) -> dict[str, Any]:
+        """End a run whose supervisor died without a status: kill what is left of the job."""
+        proc = read_json(rundir / supervise.PROC_FILE)
+        log = _last_line(rundir / supervise.LOG_FILE)
+        if proc is None:
+            message = "the run's supervisor exited before starting the job"
+            return _status_json("failed_to_start", message + (f": {log}" if log else ""))
+        pgid = int(proc["pgid"])
+        # A different process under the job's old PID means the number was reused.
+        now_start = supervise.process_start(pgid)
+        if now_start is None or now_start == proc.get("pid_start"):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        report = _status_json("signalled", "the run's supervisor died; the job was killed")
+        report["signal"] = int(signal.SIGKILL)
+        return report
+
+
+def _lock_held(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the lock if we just took it
+    return False
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:500] if lines else ""
+
+
+def _chown_tree(rundir: Path, user: pwd.struct_passwd) -> None:
+    for path in (rundir, *rundir.iterdir()):
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def _status_json(state: str, message: str) -> dict[str, Any]:
+    return {
+        "state": state,
+        "exit_code": None,
+        "signal": None,
+        "at": time.time(),
+        "message": message,
+    }
+
+
+def _failed(key: Key, message: str) -> RunReport:
+    return RunReport(job_id=key[0], run=key[1], **_status_json("failed_to_start", message))
