@@ -19,9 +19,13 @@ from gpufleet.cli.main import main
 from gpufleet.controller.config import (
     ConfigError,
     ControllerConfig,
+    PrincipalConfig,
+    ServerConfig,
+    _model_of,
     config_from_dict,
     load_config,
 )
+from gpufleet.policies.config import PolicyConfig
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "controller.toml"
@@ -207,7 +211,9 @@ def test_every_problem_of_every_table_is_reported() -> None:
 
 
 def test_every_cross_table_problem_is_reported() -> None:
-    text = NODE + """
+    text = (
+        NODE
+        + """
         [server]
         default_partition = "gpu"
         [[policy.qos]]
@@ -223,6 +229,7 @@ def test_every_cross_table_problem_is_reported() -> None:
         name = "alice"
         accounts = ["a", "zz"]
     """
+    )
     keys = [p.partition(": ")[0] for p in problems(text)]
     assert sorted(keys) == [
         "policy.accounts.a.parent",
@@ -308,6 +315,15 @@ def test_the_documented_commands_print_what_the_page_shows(
         assert status == (2 if err else 0)
 
 
+def test_the_page_names_every_key() -> None:
+    text = DOCS.read_text()
+    tables = [ControllerConfig, ServerConfig, PrincipalConfig, PolicyConfig]
+    policy = [PolicyConfig.model_fields[name].annotation for name in PolicyConfig.model_fields]
+    models = [*tables, *(m for m in map(_model_of, policy) if m is not None)]
+    missing = [f"{m.__name__}.{key}" for m in models for key in m.model_fields]
+    assert [key for key in missing if f"`{key.split('.')[1]}`" not in text] == []
+
+
 # Any document, however wrong, is either a configuration or a ConfigError. Documents
 # are the example with parts replaced, removed or added, so the junk reaches every table.
 
@@ -320,8 +336,10 @@ SCALARS = (
 )
 JUNK = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text("abcnmqz_", min_size=1, max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text("abcnmqz_", min_size=1, max_size=6), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 

@@ -24,19 +24,57 @@ server runs the blocking ones in its thread pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import asyncio
+import math
+import secrets
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
-from gpufleet.api.agent_schemas import AgentRegister, AgentSync, RegisterReply, SyncReply
-from gpufleet.api.schemas import JobOut, JobPage, JobStateName, JobSubmit, Role, Submitted
-from gpufleet.controller.clock import Clock
+import numpy as np
+import sqlalchemy as sa
+
+from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
+from gpufleet.adapters.store import GroupWriter, Store
+from gpufleet.adapters.store import tables as t
+from gpufleet.api.agent_schemas import (
+    AgentRegister,
+    AgentSync,
+    JobKill,
+    JobLaunch,
+    RegisterReply,
+    RunRef,
+    RunReport,
+    SyncReply,
+)
+from gpufleet.api.schemas import (
+    TERMINAL_STATES,
+    JobEvent,
+    JobOut,
+    JobPage,
+    JobStateName,
+    JobSubmit,
+    Role,
+    Submitted,
+)
+from gpufleet.controller import accounting, persist
+from gpufleet.controller.clock import Clock, WallClock
+from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
+from gpufleet.controller.jobspec import check_spec, expand_path, request_from_json, request_to_json
+from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
+from gpufleet.controller.loop import SchedulerLoop
+from gpufleet.controller.persist import token_hash
 from gpufleet.controller.setup import ControllerSetup
 from gpufleet.controller.views import (
     AccountOut,
+    AuditEntry,
     AuditPage,
     ConfigOut,
     FairshareRow,
+    GpuOut,
     NodeOut,
     OutputChunk,
     PartitionOut,
@@ -47,9 +85,20 @@ from gpufleet.controller.views import (
     UsageKey,
     UsageRow,
 )
+from gpufleet.core.accounts import AccountTree
+from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
+from gpufleet.core.job import gpu_milli_equivalent
+from gpufleet.core.model import Node, Request
+from gpufleet.core.state import Assignment, ClusterState
+from gpufleet.engine.book import JobBook
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+TOKEN_PREFIX = "gf_"
+DEFAULT_TIME_S = 3600
+PROFILE_REFRESH_S = 300.0
+"""How often the placement profile is rebuilt for the recent submissions' workload."""
+USAGE_KEYS = ("user", "account", "partition", "qos")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +128,42 @@ class Controller:
     """
 
     def __init__(
-        self, *, setup: ControllerSetup, db_url: str, clock: Clock | None = None
+        self,
+        *,
+        setup: ControllerSetup,
+        db_url: str,
+        clock: Clock | None = None,
+        schema: str | None = None,
     ) -> None:
-        raise NotImplementedError
+        self.setup = setup
+        self.clock: Clock = clock or WallClock()
+        self.store = Store(db_url, schema=schema)
+        self.writer: GroupWriter | None = None
+        self._lock = threading.RLock()
+        self._ids = threading.Lock()
+        self._next_num = 1
+        self._next_pk = 1
+        self._jobs: dict[str, LiveJob] = {}
+        self._by_num: dict[int, set[str]] = defaultdict(set)
+        self._nodes: dict[str, NodeInfo] = {}
+        self._on_node: dict[str, set[str]] = defaultdict(set)
+        self._final: dict[str, tuple[str, int | None]] = {}
+        self._tokens: dict[str, Principal | None] = {}
+        self._gen: dict[str, int] = defaultdict(int)
+        self._answered: dict[str, int] = {}
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
+            defaultdict(list)
+        )
+        self._recent: deque[Request] = deque(maxlen=max(1, setup.workload_window))
+        self._profile: SchedulingProfile | None = None
+        self._profile_at = -math.inf
+        self._loop: SchedulerLoop | None = None
+        self._started = False
+        self._principals = {p.name: p for p in setup.principals}
+        self._default_partition = setup.default_partition or next(iter(setup.partitions))
+        self._default_qos = setup.default_qos or next(iter(setup.qos))
+        self.book = JobBook((), setup.qos, setup.partitions, reservations=setup.reservations)
+        self.cycles = 0
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -92,15 +174,32 @@ class Controller:
         ``run_cycle_now`` (tests with a manual clock). Running jobs are left
         running: their agents re-report them. Idempotent.
         """
-        raise NotImplementedError
+        with self._lock:
+            if self._started:
+                return
+            self.store.migrate()
+            self.writer = GroupWriter(self.store)
+            self._load()
+            self._started = True
+            if loop:
+                self._loop = SchedulerLoop(self._cycle_safely, self.clock, self.setup.interval_s)
+                self._loop.start()
 
     def stop(self) -> None:
         """Stop the loop and the writer after in-flight commits; idempotent. Kills no job."""
-        raise NotImplementedError
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+        with self._lock:
+            if self.writer is not None:
+                self.writer.stop()
+                self.writer = None
+            self._started = False
+        self.store.close()
 
     def run_cycle_now(self) -> None:
         """Run one scheduling cycle synchronously and persist its effects (tests, admin)."""
-        raise NotImplementedError
+        self._cycle_safely()
 
     # -- auth --------------------------------------------------------------------
 
@@ -109,7 +208,25 @@ class Controller:
 
         Compares SHA-256 digests, so the secret is never stored.
         """
-        raise NotImplementedError
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        digest = token_hash(token)
+        if digest in self._tokens:
+            return self._tokens[digest]
+        with self.store.read() as conn:
+            row = conn.execute(sa.select(t.tokens).where(t.tokens.c.hash == digest)).first()
+        found = None
+        if row is not None and not row.revoked:
+            spec = self._principals.get(row.user)
+            found = Principal(
+                user=row.user,
+                role=row.role,
+                token_id=row.id,
+                node=row.node,
+                account=spec.account if spec else "",
+            )
+        self._tokens[digest] = found
+        return found
 
     def create_token(
         self,
@@ -124,15 +241,50 @@ class Controller:
 
         Invalid on a bad role/node combination; the secret is returned once. Audited.
         """
-        raise NotImplementedError
+        _require(principal, "admin")
+        created = issue_token(
+            self._writer(),
+            name=name,
+            user=user,
+            role=role,
+            node=node,
+            now=self.clock.now(),
+            who=principal.user,
+        )
+        return created
 
     def revoke_token(self, *, principal: Principal, token_id: str) -> None:
         """Revoke a token (admin only); NotFound if no such id. Idempotent. Audited."""
-        raise NotImplementedError
+        _require(principal, "admin")
+        now = self.clock.now()
+
+        def unit(conn: sa.Connection) -> bool:
+            done = conn.execute(
+                t.tokens.update().where(t.tokens.c.id == token_id).values(revoked=True)
+            )
+            if done.rowcount == 0:
+                return False
+            persist.audit(
+                conn,
+                time=now,
+                who=principal.user,
+                action="token.revoke",
+                target=token_id,
+                detail={},
+            )
+            return True
+
+        if not self._writer().call(unit):
+            raise NotFound(f"token {token_id}: no such token")
+        # A revoked token must stop working at once, so forget every cached answer.
+        self._tokens.clear()
 
     def list_tokens(self, *, principal: Principal) -> list[TokenOut]:
         """Every token, revoked ones included (admin only), oldest first."""
-        raise NotImplementedError
+        _require(principal, "admin")
+        with self.store.read() as conn:
+            rows = conn.execute(sa.select(t.tokens).order_by(t.tokens.c.created, t.tokens.c.id))
+            return [_token_out(r) for r in rows]
 
     # -- jobs --------------------------------------------------------------------
 
@@ -145,7 +297,93 @@ class Controller:
         for this user returns the first job with ``duplicate=True`` and
         creates nothing.
         """
-        raise NotImplementedError
+        if principal.role == "node":
+            raise Forbidden("a node token cannot submit jobs")
+        self._running_check()
+        request, array, dependency = check_spec(spec)
+        partition = spec.partition or self._default_partition
+        if partition not in self.setup.partitions:
+            raise Invalid("body.partition", f"no partition {partition!r}")
+        qos = spec.qos or self._default_qos
+        if qos not in self.setup.qos:
+            raise Invalid("body.qos", f"no QoS {qos!r}")
+        account = spec.account or principal.account or self.setup.default_account
+        tree = self.setup.accounts
+        if tree is not None and len(tree) > 1 and not _has_account(tree, account):
+            raise Invalid("body.account", f"no account {account!r}")
+        part = self.setup.partitions[partition]
+        time_limit = spec.time_limit_s or part.default_time_s or DEFAULT_TIME_S
+        tasks: list[int | None] = list(array.indices) if array else [None]
+        with self._ids:
+            num, first_pk = self._next_num, self._next_pk
+            self._next_num += 1
+            self._next_pk += len(tasks)
+        now = self.clock.now()
+        spec_json = spec.model_dump(mode="json", exclude={"request_id"})
+        request_json = request_to_json(request)
+        rows = [
+            {
+                "id": first_pk + i,
+                "job_id": str(num) if task is None else f"{num}_{task}",
+                "job_num": num,
+                "array_task_id": task,
+                "array_limit": array.limit if array else None,
+                "name": spec.name,
+                "user": principal.user,
+                "account": account,
+                "partition": partition,
+                "qos": qos,
+                "state": "PENDING",
+                "reason": "",
+                "held": spec.hold,
+                "nice": spec.nice,
+                "submit_time": now,
+                "begin_time": float(spec.begin) if spec.begin is not None else None,
+                "time_limit_s": time_limit,
+                "request": request_json,
+                "spec": spec_json,
+                "dependency": spec.dependency,
+                "requeue": spec.requeue,
+                "request_id": spec.request_id if i == 0 else None,
+            }
+            for i, task in enumerate(tasks)
+        ]
+        refs = dependency.refs if dependency else ()
+
+        def unit(conn: sa.Connection) -> Submitted | None:
+            if spec.request_id is not None:
+                dup = conn.execute(
+                    sa.select(t.jobs.c.job_num, t.jobs.c.array_task_id).where(
+                        t.jobs.c.user == principal.user, t.jobs.c.request_id == spec.request_id
+                    )
+                ).first()
+                if dup is not None:
+                    count = 0
+                    if dup.array_task_id is not None:
+                        count = conn.execute(
+                            sa.select(sa.func.count()).where(t.jobs.c.job_num == dup.job_num)
+                        ).scalar_one()
+                    return Submitted(
+                        job_id=str(dup.job_num), array_task_count=count, duplicate=True
+                    )
+            _check_refs(conn, refs)
+            conn.execute(t.jobs.insert(), rows)
+            persist.add_history(
+                conn,
+                [{"job": r["id"], "time": now, "state": "PENDING", "reason": ""} for r in rows],
+            )
+            return None
+
+        duplicate = self._writer().call(unit)
+        if duplicate is not None:
+            return duplicate
+        live = [LiveJob.from_values(r, request, dependency) for r in rows]
+        with self._lock:
+            for job in live:
+                self._add_live(job)
+            self._recent.append(request)
+        self._wake()
+        return Submitted(job_id=str(num), array_task_count=len(rows) if array else 0)
 
     def list_jobs(
         self,
@@ -165,11 +403,39 @@ class Controller:
         ``next_cursor`` from an earlier page (Invalid if malformed). History
         is omitted from listed jobs; ``get_job`` includes it.
         """
-        raise NotImplementedError
+        if not 1 <= limit <= MAX_PAGE:
+            raise Invalid("query.limit", f"must be 1..{MAX_PAGE}, got {limit}")
+        if not principal.is_operator:
+            if user is not None and user != principal.user:
+                raise Forbidden("a user lists only its own jobs")
+            user = principal.user
+        stmt = sa.select(t.jobs).order_by(t.jobs.c.id.desc()).limit(limit + 1)
+        if cursor is not None:
+            if not cursor.isdigit():
+                raise Invalid("query.cursor", "not a cursor this server issued")
+            stmt = stmt.where(t.jobs.c.id < int(cursor))
+        for column, value in (("user", user), ("partition", partition), ("account", account)):
+            if value is not None:
+                stmt = stmt.where(t.jobs.c[column] == value)
+        if states:
+            stmt = stmt.where(t.jobs.c.state.in_(list(states)))
+        with self.store.read() as conn:
+            rows = conn.execute(stmt).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        jobs = [self._job_out(r, ()) for r in rows]
+        return JobPage(jobs=jobs, next_cursor=str(rows[-1].id) if more else None)
 
     def get_job(self, *, principal: Principal, job_id: str) -> JobOut:
         """One job with its full history; NotFound if absent or not the caller's."""
-        raise NotImplementedError
+        with self.store.read() as conn:
+            row = self._visible_row(conn, principal, job_id)
+            history = conn.execute(
+                sa.select(t.job_history.c.time, t.job_history.c.state, t.job_history.c.reason)
+                .where(t.job_history.c.job == row.id)
+                .order_by(t.job_history.c.id)
+            ).all()
+        return self._job_out(row, history)
 
     def read_output(
         self,
@@ -186,7 +452,28 @@ class Controller:
         ``limit`` bytes (default the setup's ``output_read_limit``), decoded
         as UTF-8 with replacement.
         """
-        raise NotImplementedError
+        if offset < 0:
+            raise Invalid("query.offset", "must be zero or more")
+        job = self.get_job(principal=principal, job_id=job_id)
+        path = job.stdout_path if stream == "stdout" else job.stderr_path
+        size = limit if limit is not None else self.setup.output_read_limit
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(size)
+                at_end = handle.read(1) == b""
+        except OSError as e:
+            raise NotFound(f"job {job_id}: {stream} is not readable here: {e.strerror}") from None
+        ended = job.state in TERMINAL_STATES
+        return OutputChunk(
+            job_id=job.job_id,
+            stream=stream,
+            path=path,
+            offset=offset,
+            next_offset=offset + len(data),
+            data=data.decode("utf-8", errors="replace"),
+            eof=ended and at_end,
+        )
 
     def cancel_job(self, *, principal: Principal, job_id: str, reason: str = "") -> JobOut:
         """Cancel a pending job at once, or ask the agents to kill a running one.
@@ -194,15 +481,15 @@ class Controller:
         An array job id cancels every task not yet finished. Conflict if the
         job has already ended. Own job or operator.
         """
-        raise NotImplementedError
+        return self._act(principal, job_id, "cancel", reason or "cancelled by " + principal.user)
 
     def hold_job(self, *, principal: Principal, job_id: str) -> JobOut:
         """Hold a pending job (or every pending task of an array); Conflict if not pending."""
-        raise NotImplementedError
+        return self._act(principal, job_id, "hold", "held by " + principal.user)
 
     def release_job(self, *, principal: Principal, job_id: str) -> JobOut:
         """Release a held job (or array); Conflict if it is not held."""
-        raise NotImplementedError
+        return self._act(principal, job_id, "release", "released by " + principal.user)
 
     def requeue_job(self, *, principal: Principal, job_id: str) -> JobOut:
         """Stop a running job and put it back in the queue (its run number grows).
@@ -211,47 +498,151 @@ class Controller:
         PREEMPTED) is queued again too, as Slurm's ``scontrol requeue`` does.
         Conflict for a pending job.
         """
-        raise NotImplementedError
+        return self._act(principal, job_id, "requeue", "requeued by " + principal.user)
 
     # -- nodes -------------------------------------------------------------------
 
     def list_nodes(self, *, principal: Principal) -> list[NodeOut]:
         """Every node with its per-GPU allocation, by name."""
-        raise NotImplementedError
+        with self._lock:
+            return [self._node_out(n) for n in sorted(self._nodes)]
 
     def get_node(self, *, principal: Principal, name: str) -> NodeOut:
         """One node; NotFound if unknown."""
-        raise NotImplementedError
+        with self._lock:
+            if name not in self._nodes:
+                raise NotFound(f"node {name}: no such node")
+            return self._node_out(name)
 
     def drain_node(self, *, principal: Principal, name: str, reason: str) -> NodeOut:
         """Start no more jobs on the node; running ones finish (operator). Audited."""
-        raise NotImplementedError
+        return self._set_drain(principal, name, drain=True, reason=reason)
 
     def resume_node(self, *, principal: Principal, name: str, reason: str = "") -> NodeOut:
         """Undo a drain, or bring a down node back if its agent syncs (operator). Audited."""
-        raise NotImplementedError
+        return self._set_drain(principal, name, drain=False, reason=reason)
 
     # -- policy views ------------------------------------------------------------
 
     def list_partitions(self, *, principal: Principal) -> list[PartitionOut]:
         """Every partition with its nodes and queue counts."""
-        raise NotImplementedError
+        with self._lock:
+            counts: dict[tuple[str, str], int] = defaultdict(int)
+            for job in self._jobs.values():
+                counts[job.partition, job.state] += 1
+            nodes = [n.node for n in self._nodes.values()]
+            out = []
+            for p in self.setup.partitions.values():
+                members = [
+                    n.name
+                    for n in nodes
+                    if (not p.nodes and not p.pools) or n.name in p.nodes or n.pool in p.pools
+                ]
+                out.append(
+                    PartitionOut(
+                        name=p.name,
+                        nodes=sorted(members),
+                        default_time_s=p.default_time_s,
+                        max_time_s=p.max_time_s,
+                        priority_tier=p.priority_tier,
+                        allowed_accounts=list(p.allowed_accounts),
+                        allowed_qos=list(p.allowed_qos),
+                        preemptible=p.preemptible,
+                        is_default=p.name == self._default_partition,
+                        pending=counts[p.name, "PENDING"],
+                        running=counts[p.name, "RUNNING"] + counts[p.name, "COMPLETING"],
+                    )
+                )
+            return out
 
     def list_qos(self, *, principal: Principal) -> list[QosOut]:
         """Every QoS."""
-        raise NotImplementedError
+        return [
+            QosOut(
+                name=q.name,
+                priority=q.priority,
+                preempt=list(q.preempt),
+                preempt_mode=q.preempt_mode,
+                grace_s=q.grace_s,
+                usage_factor=q.usage_factor,
+                max_jobs_per_user=q.max_jobs_per_user,
+                max_gpus_per_user=q.max_gpus_per_user,
+                max_gpus_per_account=q.max_gpus_per_account,
+                group_gpus=q.group_gpus,
+                max_wall_s=q.max_wall_s,
+                is_default=q.name == self._default_qos,
+            )
+            for q in self.setup.qos.values()
+        ]
 
     def list_accounts(self, *, principal: Principal) -> list[AccountOut]:
         """The account tree, parents before children."""
-        raise NotImplementedError
+        tree = self.setup.accounts
+        if tree is None:
+            return []
+        shares = tree.normalized_shares()
+        return [
+            AccountOut(
+                name=tree.names[i],
+                parent=tree.names[int(tree.parent[i])] if i else "",
+                kind="user" if tree.is_user[i] else "account",
+                shares=float(tree.shares[i]),
+                normalized_shares=float(shares[i]),
+            )
+            for i in range(len(tree))
+        ]
 
     def list_reservations(self, *, principal: Principal) -> list[ReservationOut]:
         """Every reservation, by start time."""
-        raise NotImplementedError
+        return [
+            ReservationOut(
+                name=r.name,
+                start=r.start,
+                end=r.end,
+                nodes=list(r.nodes),
+                gpus=r.gpus,
+                users=list(r.users),
+                accounts=list(r.accounts),
+                maintenance=r.maintenance,
+            )
+            for r in sorted(self.setup.reservations, key=lambda r: (r.start, r.name))
+        ]
 
     def fairshare(self, *, principal: Principal) -> list[FairshareRow]:
         """Shares, decayed usage and factor of every association, tree order."""
-        raise NotImplementedError
+        tree = self.setup.accounts
+        if tree is None:
+            return []
+        end = self.clock.now()
+        rows = self.usage(principal=_SYSTEM, start=0.0, end=end, by="user")
+        used = {r.key: r.gpu_hours * 3600.0 for r in rows}
+        usage = np.zeros(len(tree))
+        for i in range(len(tree)):
+            if tree.is_user[i]:
+                usage[i] = used.get(tree.names[i], 0.0)
+        rolled = tree.rollup(usage)
+        total = float(rolled[0]) or 1.0
+        shares = tree.normalized_shares()
+        out = []
+        for i in range(1, len(tree)):
+            is_user = bool(tree.is_user[i])
+            parent = tree.names[int(tree.parent[i])]
+            out.append(
+                FairshareRow(
+                    account=parent if is_user else tree.names[i],
+                    user=tree.names[i] if is_user else None,
+                    shares=float(tree.shares[i]),
+                    normalized_shares=float(shares[i]),
+                    usage=float(rolled[i]),
+                    normalized_usage=float(rolled[i]) / total,
+                    factor=(2.0 ** (-(float(rolled[i]) / total) / float(shares[i])))
+                    if is_user and shares[i] > 0
+                    else None,
+                )
+            )
+        if not principal.is_operator:
+            out = [r for r in out if r.user in (None, principal.user)]
+        return out
 
     # -- accounting --------------------------------------------------------------
 
@@ -263,17 +654,28 @@ class Controller:
         Fractions count their share and MIG slices their compute share. A
         ``user`` principal gets only its own row. Invalid if end <= start.
         """
-        raise NotImplementedError
+        if end <= start:
+            raise Invalid("query.end", "must be after start")
+        if by not in USAGE_KEYS:
+            raise Invalid("query.by", f"must be one of {', '.join(USAGE_KEYS)}")
+        user = None if principal.is_operator else principal.user
+        with self.store.read() as conn:
+            return accounting.usage(
+                conn, start=start, end=end, by=by, now=self.clock.now(), user=user
+            )
 
-    def export_usage(
-        self, *, principal: Principal, start: float, end: float
-    ) -> Iterator[str]:
+    def export_usage(self, *, principal: Principal, start: float, end: float) -> Iterator[str]:
         """Finished jobs submitted in [start, end) as the simulator's history JSONL lines.
 
         Each line ends in a newline; ``gpufleet sim run --trace history:FILE``
         replays the file. A ``user`` principal exports its own jobs only.
         """
-        raise NotImplementedError
+        if end <= start:
+            raise Invalid("query.end", "must be after start")
+        user = None if principal.is_operator else principal.user
+        with self.store.read() as conn:
+            lines = list(accounting.history_lines(conn, start=start, end=end, user=user))
+        return iter(lines)
 
     # -- agents ------------------------------------------------------------------
 
@@ -286,7 +688,60 @@ class Controller:
         survives). Runs the agent holds that the store does not expect are
         killed on its next sync. Invalid names the bad inventory key.
         """
-        raise NotImplementedError
+        self._agent_check(principal, node)
+        try:
+            built = nodes_from_groups([body.inventory], source="inventory")
+        except ClusterFileError as e:
+            where = f"body.inventory.{e.key}" if e.key else "body.inventory"
+            raise Invalid(where, e.reason) from None
+        if len(built) != 1 or built[0].name != node:
+            raise Invalid("body.inventory.names", f"must name exactly this node, {node!r}")
+        new = built[0]
+        if body.gpu_uuids:
+            if len(body.gpu_uuids) != len(new.gpus):
+                raise Invalid(
+                    "body.gpu_uuids", f"{len(new.gpus)} GPUs but {len(body.gpu_uuids)} UUIDs"
+                )
+            new = replace(
+                new,
+                gpus=tuple(
+                    replace(g, uuid=u) for g, u in zip(new.gpus, body.gpu_uuids, strict=True)
+                ),
+            )
+        now = self.clock.now()
+        with self._lock:
+            self._running_check()
+            info = self._nodes.get(node)
+            values = {
+                "name": node,
+                "inventory": body.inventory,
+                "gpu_uuids": body.gpu_uuids,
+                "source": info.source if info else "agent",
+                "state": "up",
+                "drain": info.drain if info else False,
+                "reason": info.reason if info else "",
+                "registered": now,
+                "last_heartbeat": now,
+            }
+            self._writer().call(lambda conn: persist.upsert_node(conn, values))
+            if info is None:
+                self.book.add_node(new)
+                info = NodeInfo(node=new, state="unknown", source="agent")
+                self._nodes[node] = info
+            elif info.node != new and not self._on_node.get(node):
+                self.book.remove_node(node)
+                self.book.add_node(new)
+                info.node = new
+            info.inventory = dict(body.inventory)
+            info.last_heartbeat = info.saved_heartbeat = now
+            self._set_state(info, "up")
+            self._bump(node)
+        self._wake()
+        return RegisterReply(
+            node=node,
+            state=self._node_state(node),
+            heartbeat_interval_s=self.setup.heartbeat_interval_s,
+        )
 
     def sync_agent(self, *, principal: Principal, node: str, body: AgentSync) -> SyncReply:
         """Apply the agent's reports and answer with what it must start and kill. Never waits.
@@ -296,7 +751,36 @@ class Controller:
         and ``body.running``. Also the node's heartbeat. Forbidden for a
         token of another node; NotFound for an unregistered node.
         """
-        raise NotImplementedError
+        self._agent_check(principal, node)
+        now = self.clock.now()
+        with self._lock:
+            self._running_check()
+            info = self._nodes.get(node)
+            if info is None or (info.source == "config" and info.last_heartbeat is None):
+                raise NotFound(f"node {node}: not registered; register first")
+            ended = self._apply_reports(node, body.reports, now)
+            info.last_heartbeat = now
+            came_back = info.state != "up"
+            heartbeat_due = (
+                info.saved_heartbeat is None
+                or now - info.saved_heartbeat >= self.setup.heartbeat_interval_s * 4
+            )
+            if came_back or heartbeat_due:
+                self._writer().call(
+                    lambda conn: conn.execute(
+                        t.nodes.update()
+                        .where(t.nodes.c.name == node)
+                        .values(state="up", last_heartbeat=now)
+                    )
+                )
+                info.saved_heartbeat = now
+                if came_back:
+                    self._set_state(info, "up")
+            reply = self._reply(node, body.running, ended)
+            self._answered[node] = self._gen[node]
+        if ended or came_back:
+            self._wake()
+        return reply
 
     async def wait_for_agent_work(self, *, node: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for news for ``node`` (a start or a kill).
@@ -304,13 +788,37 @@ class Controller:
         Returns True when woken. The long poll is: sync; if the reply is
         empty and ``wait_s`` > 0, await this, then sync again with no reports.
         """
-        raise NotImplementedError
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._gen[node] != self._answered.get(node, -1):
+                return True
+            self._waiters[node].append((loop, future))
+        try:
+            await asyncio.wait_for(future, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                waiting = self._waiters.get(node, [])
+                if (loop, future) in waiting:
+                    waiting.remove((loop, future))
 
     # -- config and audit --------------------------------------------------------
 
     def get_config(self, *, principal: Principal) -> ConfigOut:
         """The effective configuration and its version (admin)."""
-        raise NotImplementedError
+        _require(principal, "admin")
+        with self.store.read() as conn:
+            row = conn.execute(
+                sa.select(t.config).order_by(t.config.c.version.desc()).limit(1)
+            ).first()
+        if row is None:
+            return ConfigOut(version=0, config={}, updated=0.0)
+        return ConfigOut(
+            version=row.version, config=row.document, updated=row.time, updated_by=row.who
+        )
 
     def patch_config(
         self, *, principal: Principal, patch: Mapping[str, Any], version: int | None = None
@@ -322,10 +830,1045 @@ class Controller:
         so two admins cannot overwrite each other. The new version is
         persisted and takes effect at the next cycle.
         """
-        raise NotImplementedError
+        _require(principal, "admin")
+        current = self.get_config(principal=principal)
+        if version is not None and version != current.version:
+            raise Conflict(f"config is at version {current.version}, not {version}")
+        document = merge_patch(current.config, patch)
+        if self.setup.validate_config is not None:
+            self.setup.validate_config(document)
+        now = self.clock.now()
+        new_version = current.version + 1
+
+        def unit(conn: sa.Connection) -> None:
+            latest = conn.execute(sa.select(sa.func.max(t.config.c.version))).scalar()
+            if (latest or 0) != current.version:
+                raise Conflict("the configuration changed meanwhile; retry")
+            conn.execute(
+                t.config.insert().values(
+                    version=new_version, time=now, who=principal.user, document=document
+                )
+            )
+            persist.audit(
+                conn,
+                time=now,
+                who=principal.user,
+                action="config.patch",
+                target=f"v{new_version}",
+                detail=dict(patch),
+            )
+
+        self._writer().call(unit)
+        return ConfigOut(
+            version=new_version, config=document, updated=now, updated_by=principal.user
+        )
 
     def list_audit(
         self, *, principal: Principal, limit: int = DEFAULT_PAGE, cursor: str | None = None
     ) -> AuditPage:
         """The audit log, newest first (admin)."""
-        raise NotImplementedError
+        _require(principal, "admin")
+        if not 1 <= limit <= MAX_PAGE:
+            raise Invalid("query.limit", f"must be 1..{MAX_PAGE}, got {limit}")
+        stmt = sa.select(t.audit).order_by(t.audit.c.id.desc()).limit(limit + 1)
+        if cursor is not None:
+            if not cursor.isdigit():
+                raise Invalid("query.cursor", "not a cursor this server issued")
+            stmt = stmt.where(t.audit.c.id < int(cursor))
+        with self.store.read() as conn:
+            rows = conn.execute(stmt).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        entries = [
+            AuditEntry(
+                id=r.id, time=r.time, who=r.who, action=r.action, target=r.target, detail=r.detail
+            )
+            for r in rows
+        ]
+        return AuditPage(entries=entries, next_cursor=str(rows[-1].id) if more else None)
+
+    # -- internals: state --------------------------------------------------------
+
+    def _writer(self) -> GroupWriter:
+        if self.writer is None:
+            raise Conflict("the controller is not running")
+        return self.writer
+
+    def _running_check(self) -> None:
+        if not self._started:
+            raise Conflict("the controller is not running")
+
+    def _wake(self) -> None:
+        if self._loop is not None:
+            self._loop.wake()
+
+    def _load(self) -> None:
+        """Rebuild the in-memory state from the store (start, or after a failed cycle)."""
+        now = self.clock.now()
+        self._jobs.clear()
+        self._by_num.clear()
+        self._on_node.clear()
+        self._final.clear()
+        self._tokens.clear()
+        self._nodes.clear()
+        with self.store.read() as conn:
+            node_rows = {r.name: r for r in conn.execute(sa.select(t.nodes))}
+            jobs = [
+                LiveJob.from_row(r)
+                for r in conn.execute(
+                    sa.select(t.jobs).where(t.jobs.c.state.in_(ACTIVE_STATES)).order_by(t.jobs.c.id)
+                )
+            ]
+            self._next_num = (
+                conn.execute(sa.select(sa.func.max(t.jobs.c.job_num))).scalar() or 0
+            ) + 1
+            self._next_pk = (conn.execute(sa.select(sa.func.max(t.jobs.c.id))).scalar() or 0) + 1
+            recent: Sequence[Any] = (
+                conn.execute(
+                    sa.select(t.jobs.c.request)
+                    .order_by(t.jobs.c.id.desc())
+                    .limit(self._recent.maxlen)
+                )
+                .scalars()
+                .all()
+            )
+            self._recent.clear()
+            self._recent.extend(request_from_json(r) for r in reversed(recent))
+        declared = {n.name: n for n in self.setup.nodes}
+        missing = [n for n in self.setup.nodes if n.name not in node_rows]
+        if missing:
+            self._writer().call(
+                lambda conn: conn.execute(
+                    t.nodes.insert(),
+                    [
+                        {
+                            "name": n.name,
+                            "inventory": {},
+                            "gpu_uuids": [],
+                            "source": "config",
+                            "state": "unknown",
+                        }
+                        for n in missing
+                    ],
+                )
+            )
+        nodes: list[Node] = []
+        for name in sorted(set(declared) | set(node_rows)):
+            row = node_rows.get(name)
+            node = declared.get(name)
+            if row is not None and row.inventory:
+                node = _inventory_node(row.inventory, row.gpu_uuids) or node
+            if node is None:
+                continue
+            # Agents keep running through a controller restart: give each one a full
+            # heartbeat timeout from now to sync again before its node counts as lost.
+            state = row.state if row is not None else "unknown"
+            info = NodeInfo(
+                node=node,
+                state=state,
+                drain=bool(row.drain) if row is not None else False,
+                reason=row.reason if row is not None else "",
+                source=row.source if row is not None else "config",
+                last_heartbeat=now if state == "up" else None,
+                saved_heartbeat=row.last_heartbeat if row is not None else None,
+                inventory=dict(row.inventory) if row is not None else {},
+            )
+            self._nodes[name] = info
+            nodes.append(node)
+        self.book = JobBook(
+            nodes, self.setup.qos, self.setup.partitions, reservations=self.setup.reservations
+        )
+        for info in self._nodes.values():
+            self._set_state(info, info.state)
+        for job in jobs:
+            self._add_live(job)
+            if job.state != "PENDING":
+                self._restore_run(job)
+        self._profile = None
+
+    def _restore_run(self, job: LiveJob) -> None:
+        """Put a run the store says is on its nodes back into the book, as it was placed."""
+        st = self.book.state
+        assignments = []
+        for p in job.placements:
+            i = st.index[p["node"]]
+            mig = tuple(_mig_index(st, i, m) for m in p.get("mig", ()))
+            assignments.append(
+                Assignment(
+                    node=i,
+                    gpus=tuple(p["gpus"]) if not mig else (),
+                    gpu_milli=p["gpu_milli"],
+                    gpu_memory_mib=p.get("gpu_memory_mib", 0),
+                    cpu_milli=p["cpu_milli"],
+                    memory_mib=p["memory_mib"],
+                    mig=mig,
+                )
+            )
+        start = int(job.start_time or 0)
+        self.book.runs[job.job_id] = job.run - 1
+        self.book.submit(job.job())
+        self.book.apply(Plan(starts={job.job_id: assignments}), start)
+        for name in job.node_list:
+            self._on_node[name].add(job.job_id)
+
+    def _add_live(self, job: LiveJob) -> None:
+        self._jobs[job.job_id] = job
+        self._by_num[job.job_num].add(job.job_id)
+
+    def _drop_live(self, job: LiveJob, state: str, exit_code: int | None) -> None:
+        del self._jobs[job.job_id]
+        ids = self._by_num[job.job_num]
+        ids.discard(job.job_id)
+        if not ids:
+            del self._by_num[job.job_num]
+        self._final[job.job_id] = (state, exit_code)
+        if job.job_id in self.book.pending:
+            self.book.withdraw(job.job_id)
+
+    def _set_state(self, info: NodeInfo, state: str) -> None:
+        """Record a node's state and make the book use it only when up and not drained."""
+        info.state = state
+        i = self.book.state.index.get(info.node.name)
+        if i is None:
+            return
+        if info.usable:
+            self.book.node_up(i)
+        elif self.book.state.healthy[i]:
+            # Unhealthy only keeps the placer away; the runs on it go on.
+            self.book.state.healthy[i] = False
+            self.book.state.version[i] += 1
+
+    def _bump(self, node: str) -> None:
+        """New work for ``node``: wake its long poll."""
+        self._gen[node] += 1
+        for loop, future in self._waiters.pop(node, []):
+            loop.call_soon_threadsafe(_resolve, future)
+
+    # -- internals: the cycle ----------------------------------------------------
+
+    def _cycle_safely(self) -> None:
+        with self._lock:
+            if not self._started:
+                return
+            try:
+                self._cycle()
+            except Exception:
+                # The store holds the last committed truth; memory may be ahead of it.
+                self._load()
+                raise
+
+    def _cycle(self) -> None:
+        now = self.clock.now()
+        inow = int(now)
+        self.cycles += 1
+        changes: list[Change] = []
+        self._expire_nodes(now, changes)
+        self._sync_queue(now)
+        if self._profile is None or now - self._profile_at >= PROFILE_REFRESH_S:
+            self._profile = self.setup.profile_factory(list(self._recent))
+            self._profile_at = now
+        plan = run_cycle(self.book.snapshot(inow), self._profile, inow)
+        effects = self.book.apply(plan, inow)
+        for job_id, reason in plan.reasons.items():
+            live = self._jobs.get(job_id)
+            if live is not None:
+                live.reason = reason
+        for job_id, when in plan.holds.items():
+            live = self._jobs.get(job_id)
+            if live is not None:
+                live.expected_start = float(when)
+        for s in effects.started:
+            changes.append(self._start_change(self._jobs[s.job_id], s, now))
+        for sig in effects.signalled:
+            live = self._jobs[sig.job_id]
+            kill = {
+                "mode": "preempt-" + sig.mode,
+                "signal": "TERM",
+                "grace_s": sig.deadline - inow,
+                "deadline": float(sig.deadline),
+            }
+            changes.append(Change(live, {"kill": kill}, [], after=partial(_set_kill, kill=kill)))
+        for end in effects.stopped:
+            live = self._jobs[end.job_id]
+            mode = "preempt-requeue" if end.outcome == "requeued" else "preempt-cancel"
+            changes.append(self._end_change(live, mode, None, None, now, ""))
+        self._commit(changes)
+
+    def _commit(self, changes: list[Change]) -> None:
+        """Persist every change in one transaction, then apply them in memory and notify."""
+        if not changes:
+            return
+        rows: list[persist.JobChange] = []
+        history: list[dict[str, Any]] = []
+        runs: list[dict[str, Any]] = []
+        ends: list[dict[str, Any]] = []
+        for c in changes:
+            rows.append({"id": c.job.pk, **c.row})
+            history.extend(
+                {"job": c.job.pk, "time": tm, "state": s, "reason": r} for tm, s, r in c.history
+            )
+            runs.extend(c.runs)
+            ends.extend(c.ends)
+
+        def unit(conn: sa.Connection) -> None:
+            persist.update_jobs(conn, rows)
+            persist.start_runs(conn, runs)
+            persist.end_runs(conn, ends)
+            persist.add_history(conn, history)
+
+        self._writer().call(unit)
+        touched: set[str] = set()
+        for c in changes:
+            touched.update(c.job.node_list)
+            c.after(c.job)
+            touched.update(c.job.node_list)
+        for node in touched:
+            self._bump(node)
+
+    def _start_change(self, live: LiveJob, s: Any, now: float) -> Change:
+        placements = [
+            {
+                "node": p.node,
+                "gpus": list(p.gpus),
+                "gpu_uuids": list(p.gpu_uuids),
+                "gpu_milli": p.gpu_milli,
+                "mig": list(p.mig),
+                "cpu_milli": p.cpu_milli,
+                "memory_mib": p.memory_mib,
+                "gpu_memory_mib": a.gpu_memory_mib,
+            }
+            for p, a in zip(s.placements, s.assignments, strict=True)
+        ]
+        uuids = [u for p in placements for u in p["gpu_uuids"]]
+        row = {
+            "state": "RUNNING",
+            "reason": "",
+            "start_time": now,
+            "run": s.run,
+            "node_list": [p["node"] for p in placements],
+            "gpu_uuids": uuids,
+            "assignments": placements,
+            "end_time": None,
+            "exit_code": None,
+            "signal": None,
+        }
+        run = {
+            "job": live.pk,
+            "run": s.run,
+            "start_time": now,
+            "node_list": row["node_list"],
+            "gpu_milli": gpu_milli_equivalent(live.request),
+            "user": live.user,
+            "account": live.account,
+            "partition": live.partition,
+            "qos": live.qos,
+        }
+
+        def after(job: LiveJob) -> None:
+            job.state, job.reason, job.start_time, job.run = "RUNNING", "", now, s.run
+            job.placements, job.kill, job.expected_start = placements, None, None
+            for name in job.node_list:
+                self._on_node[name].add(job.job_id)
+
+        return Change(live, row, [(now, "RUNNING", "")], runs=[run], after=after)
+
+    def _end_change(
+        self,
+        live: LiveJob,
+        mode: str | None,
+        exit_code: int | None,
+        signal: int | None,
+        now: float,
+        message: str,
+        outcome: str = "",
+    ) -> Change:
+        """The run of ``live`` ended; ``mode`` is the kill that ended it, if any.
+
+        The book has already been told (finish or stop); this records the
+        final state, or the trip back to PENDING for a requeue.
+        """
+        requeue = (
+            mode in ("requeue", "preempt-requeue", "node-fail") and live.requeue
+        ) or mode == "requeue"
+        final = {
+            "cancel": "CANCELLED",
+            "preempt-cancel": "PREEMPTED",
+            "preempt-requeue": "PREEMPTED",
+            "requeue": "REQUEUED",
+            "timeout": "TIMEOUT",
+            "node-fail": "NODE_FAIL",
+        }.get(mode or "", outcome)
+        steps = [(now, final, message)]
+        row: dict[str, Any] = {"exit_code": exit_code, "signal": signal, "kill": None}
+        if requeue:
+            if final != "REQUEUED":
+                steps.append((now, "REQUEUED", message))
+            steps.append((now, "PENDING", ""))
+            row.update(
+                state="PENDING",
+                reason="",
+                restart_count=live.restart_count + 1,
+                node_list=None,
+                gpu_uuids=None,
+                assignments=None,
+                start_time=None,
+            )
+        else:
+            row.update(state=final, end_time=now, reason=message)
+        end = {
+            "job": live.pk,
+            "run": live.run,
+            "end_time": now,
+            "outcome": final,
+            "exit_code": exit_code,
+            "signal": signal,
+        }
+
+        def after(job: LiveJob) -> None:
+            for name in job.node_list:
+                self._on_node[name].discard(job.job_id)
+            job.kill = None
+            if requeue:
+                job.state, job.reason, job.start_time = "PENDING", "", None
+                job.restart_count += 1
+                job.placements = []
+                job.core = None
+            else:
+                job.state = final
+                self._drop_live(job, final, exit_code)
+
+        return Change(live, row, steps, ends=[end], after=after)
+
+    def _expire_nodes(self, now: float, changes: list[Change]) -> None:
+        for name, info in self._nodes.items():
+            if info.state != "up" or info.last_heartbeat is None:
+                continue
+            if now - info.last_heartbeat <= self.setup.heartbeat_timeout_s:
+                continue
+            i = self.book.state.index[name]
+            if not self.book.state.healthy[i]:
+                self.book.node_up(i)  # a drained node must still give up its runs
+            for end in self.book.node_down(i, int(now)):
+                live = self._jobs[end.job_id]
+                if not live.requeue:
+                    self.book.withdraw(end.job_id)
+                changes.append(
+                    self._end_change(live, "node-fail", None, None, now, f"node {name} lost")
+                )
+            info.state = "down"
+            info.reason = "heartbeat lost"
+            lost = (
+                t.nodes.update()
+                .where(t.nodes.c.name == name)
+                .values(state="down", reason="heartbeat lost")
+            )
+            self._writer().call(partial(_execute, lost))
+
+    def _sync_queue(self, now: float) -> None:
+        """Put exactly the pending jobs that may start now in the book; give the rest a reason."""
+        running_tasks: dict[int, int] = defaultdict(int)
+        singles: dict[tuple[str, str], int] = {}
+        for job in self._jobs.values():
+            if job.state != "PENDING" and job.array_limit is not None:
+                running_tasks[job.job_num] += 1
+            if job.state != "PENDING" or (job.dependency and job.dependency.singleton):
+                key = (job.user, job.name)
+                pk = 0 if job.state != "PENDING" else job.pk
+                singles[key] = min(singles.get(key, pk), pk)
+        unknown = {
+            ref
+            for job in self._jobs.values()
+            if job.state == "PENDING" and job.dependency
+            for ref in job.dependency.refs
+            if ref not in self._final and not self._active_ref(ref)
+        }
+        if unknown:
+            self._load_final(unknown)
+        allowed: dict[int, int] = {}
+        pending = self.book.pending
+        for job in self._jobs.values():
+            if job.state != "PENDING":
+                continue
+            reason = ""
+            if job.held:
+                reason = "JobHeldUser"
+            elif job.begin_time is not None and job.begin_time > now:
+                reason = "BeginTime"
+            elif job.dependency is not None:
+                reason = self._dependency_reason(job, singles)
+            if not reason and job.array_limit is not None:
+                left = allowed.setdefault(job.job_num, job.array_limit - running_tasks[job.job_num])
+                if left <= 0:
+                    reason = "JobArrayTaskLimit"
+                else:
+                    allowed[job.job_num] = left - 1
+            if reason:
+                job.reason = reason
+                if job.job_id in pending:
+                    self.book.withdraw(job.job_id)
+            elif job.job_id not in pending:
+                self.book.runs.setdefault(job.job_id, job.run)
+                self.book.submit(job.job())
+
+    def _active_ref(self, ref: str) -> bool:
+        return ref in self._jobs or (ref.isdigit() and int(ref) in self._by_num)
+
+    def _load_final(self, refs: set[str]) -> None:
+        nums = [int(r) for r in refs if r.isdigit()]
+        with self.store.read() as conn:
+            rows = conn.execute(
+                sa.select(
+                    t.jobs.c.job_id, t.jobs.c.job_num, t.jobs.c.state, t.jobs.c.exit_code
+                ).where(sa.or_(t.jobs.c.job_id.in_(list(refs)), t.jobs.c.job_num.in_(nums)))
+            ).all()
+        for r in rows:
+            if r.state in TERMINAL_STATES:
+                self._final[r.job_id] = (r.state, r.exit_code)
+        for num in nums:
+            states = [(r.state, r.exit_code) for r in rows if r.job_num == num]
+            if (
+                states
+                and str(num) not in self._final
+                and all(s in TERMINAL_STATES for s, _ in states)
+            ):
+                ok = all(s == "COMPLETED" for s, _ in states)
+                self._final[str(num)] = ("COMPLETED" if ok else "FAILED", None)
+
+    def _dependency_reason(self, job: LiveJob, singles: dict[tuple[str, str], int]) -> str:
+        dep = job.dependency
+        assert dep is not None
+        if dep.singleton and singles.get((job.user, job.name), job.pk) < job.pk:
+            return "Dependency"
+        for kind, refs in (
+            ("afterok", dep.afterok),
+            ("afternotok", dep.afternotok),
+            ("afterany", dep.afterany),
+        ):
+            for ref in refs:
+                if self._active_ref(ref):
+                    return "Dependency"
+                state = self._final.get(ref, ("COMPLETED", 0))[0]
+                if kind == "afterok" and state != "COMPLETED":
+                    return "DependencyNeverSatisfied"
+                if kind == "afternotok" and state == "COMPLETED":
+                    return "DependencyNeverSatisfied"
+        return ""
+
+    # -- internals: jobs ---------------------------------------------------------
+
+    def _targets(self, conn: sa.Connection, principal: Principal, job_id: str) -> Sequence[Any]:
+        stmt = sa.select(t.jobs).where(t.jobs.c.job_id == job_id)
+        rows = conn.execute(stmt).all()
+        if not rows and job_id.isdigit():
+            rows = conn.execute(
+                sa.select(t.jobs).where(t.jobs.c.job_num == int(job_id)).order_by(t.jobs.c.id)
+            ).all()
+        if not rows or (not principal.is_operator and rows[0].user != principal.user):
+            raise NotFound(f"job {job_id}: no such job")
+        if principal.role == "node":
+            raise Forbidden("a node token cannot act on jobs")
+        return rows
+
+    def _act(self, principal: Principal, job_id: str, action: str, message: str) -> JobOut:
+        now = self.clock.now()
+        with self._lock:
+            self._running_check()
+            with self.store.read() as conn:
+                rows = self._targets(conn, principal, job_id)
+            changes: list[Change] = []
+            finished_rows = []
+            for row in rows:
+                live = self._jobs.get(row.job_id)
+                if live is None:
+                    finished_rows.append(row)
+                    continue
+                change = self._action_change(live, action, now, message)
+                if change is not None:
+                    changes.append(change)
+            if action == "requeue" and finished_rows:
+                changes.extend(self._revive(r, now, message) for r in finished_rows)
+            if not changes:
+                raise Conflict(f"job {job_id}: cannot {action} a job that is {rows[0].state}")
+            self._commit(changes)
+            if action != "hold":
+                self._wake()
+        return self.get_job(principal=principal, job_id=rows[0].job_id)
+
+    def _action_change(self, live: LiveJob, action: str, now: float, message: str) -> Change | None:
+        if action in ("hold", "release"):
+            held = action == "hold"
+            if live.state != "PENDING" or live.held == held:
+                return None
+            if held and live.job_id in self.book.pending:
+                self.book.withdraw(live.job_id)
+
+            def flip(job: LiveJob) -> None:
+                job.held = held
+
+            return Change(live, {"held": held}, [], after=flip)
+        if live.state == "PENDING":
+            if action == "requeue":
+                return None
+            return self._end_change(live, None, None, None, now, message, outcome="CANCELLED")
+        if live.kill is not None and live.kill["mode"] == "cancel":
+            return None
+        mode = "cancel" if action == "cancel" else "requeue"
+        kill = {
+            "mode": mode,
+            "signal": "TERM",
+            "grace_s": self.setup.kill_grace_s,
+            "deadline": now + self.setup.kill_grace_s,
+        }
+        return Change(
+            live,
+            {"kill": kill, "state": "COMPLETING"},
+            [(now, "COMPLETING", message)],
+            after=lambda j: _set_kill(j, kill, "COMPLETING"),
+        )
+
+    def _revive(self, row: Any, now: float, message: str) -> Change:
+        live = LiveJob.from_row(row)
+        changes = {
+            "state": "PENDING",
+            "reason": "",
+            "end_time": None,
+            "exit_code": None,
+            "signal": None,
+            "restart_count": row.restart_count + 1,
+            "kill": None,
+            "node_list": None,
+            "gpu_uuids": None,
+            "assignments": None,
+            "start_time": None,
+        }
+
+        def after(job: LiveJob) -> None:
+            job.state, job.restart_count, job.placements = "PENDING", row.restart_count + 1, []
+            self._final.pop(job.job_id, None)
+            self._add_live(job)
+
+        return Change(
+            live, changes, [(now, "REQUEUED", message), (now, "PENDING", "")], after=after
+        )
+
+    def _visible_row(self, conn: sa.Connection, principal: Principal, job_id: str) -> Any:
+        row = conn.execute(sa.select(t.jobs).where(t.jobs.c.job_id == job_id)).first()
+        if row is None or (not principal.is_operator and row.user != principal.user):
+            raise NotFound(f"job {job_id}: no such job")
+        return row
+
+    def _job_out(self, row: Any, history: Sequence[Any]) -> JobOut:
+        live = self._jobs.get(row.job_id)
+        spec = row.spec
+        array_id = str(row.job_num) if row.array_task_id is not None else None
+        default_out = "slurm-%A_%a.out" if array_id else "slurm-%j.out"
+        paths = {
+            key: expand_path(
+                spec.get(key) or spec.get("stdout") or default_out,
+                workdir=spec["workdir"],
+                job_id=row.job_id,
+                array_job_id=array_id or row.job_id,
+                task=row.array_task_id,
+                name=row.name,
+                user=row.user,
+            )
+            for key in ("stdout", "stderr")
+        }
+        request = row.request
+        return JobOut(
+            job_id=row.job_id,
+            array_job_id=array_id,
+            array_task_id=row.array_task_id,
+            name=row.name,
+            user=row.user,
+            account=row.account,
+            partition=row.partition,
+            qos=row.qos,
+            state=row.state,
+            reason=live.reason if live is not None else row.reason,
+            nodes=request["nodes"],
+            gpus_per_node=request["gpus"],
+            gpu_milli=request["gpu_milli"],
+            mig_profile=request["mig_profile"] or None,
+            cpus_per_task=request["cpu_milli"] // 1000,
+            mem_mib=request["memory_mib"],
+            time_limit_s=row.time_limit_s,
+            submit_time=row.submit_time,
+            start_time=row.start_time,
+            end_time=row.end_time,
+            expected_start=live.expected_start if live is not None else None,
+            node_list=row.node_list or [],
+            gpu_uuids=row.gpu_uuids or [],
+            exit_code=row.exit_code,
+            signal=row.signal,
+            restart_count=row.restart_count,
+            workdir=spec["workdir"],
+            stdout_path=paths["stdout"],
+            stderr_path=paths["stderr"],
+            held=row.held,
+            history=[JobEvent(time=h.time, state=h.state, reason=h.reason) for h in history],
+        )
+
+    # -- internals: agents -------------------------------------------------------
+
+    def _agent_check(self, principal: Principal, node: str) -> None:
+        if principal.role == "admin":
+            return
+        if principal.role != "node" or principal.node != node:
+            raise Forbidden(f"only node {node}'s own token may act for it")
+
+    def _apply_reports(self, node: str, reports: Sequence[RunReport], now: float) -> bool:
+        changes = []
+        for rep in reports:
+            live = self._jobs.get(rep.job_id)
+            if live is None or live.run != rep.run or live.state == "PENDING":
+                continue  # an old run, or a report already applied
+            if node not in live.node_list:
+                continue
+            mode = live.kill["mode"] if live.kill else None
+            if (
+                mode is None
+                and rep.state == "signalled"
+                and live.start_time is not None
+                and (now >= live.start_time + live.time_limit_s)
+            ):
+                mode = "timeout"
+            outcome = "COMPLETED" if rep.state == "exited" and rep.exit_code == 0 else "FAILED"
+            if (mode in ("requeue", "preempt-requeue") and live.requeue) or mode == "requeue":
+                self.book.stop(live.job_id, int(now), requeue=True)
+                if live.job_id in self.book.pending:
+                    self.book.withdraw(live.job_id)  # the next cycle decides if it may start
+            elif mode is None:
+                self.book.finish(live.job_id, int(now))
+            else:
+                self.book.stop(live.job_id, int(now), requeue=False)
+            changes.append(
+                self._end_change(live, mode, rep.exit_code, rep.signal, now, rep.message, outcome)
+            )
+        self._commit(changes)
+        return bool(changes)
+
+    def _reply(self, node: str, running: Sequence[RunRef], ended: bool) -> SyncReply:
+        held = {(r.job_id, r.run) for r in running}
+        starts: list[JobLaunch] = []
+        kills: list[JobKill] = []
+        desired = set()
+        for job_id in sorted(self._on_node.get(node, ())):
+            live = self._jobs[job_id]
+            desired.add((job_id, live.run))
+            if live.kill is not None:
+                if (job_id, live.run) in held:
+                    kills.append(
+                        JobKill(
+                            job_id=job_id,
+                            run=live.run,
+                            signal=live.kill["signal"],
+                            grace_s=int(live.kill["grace_s"]),
+                            reason=live.kill["mode"],
+                        )
+                    )
+            elif (job_id, live.run) not in held:
+                starts.append(self._launch(live, node))
+        for job_id, run in sorted(held - desired):
+            kills.append(
+                JobKill(job_id=job_id, run=run, signal="KILL", grace_s=0, reason="not expected")
+            )
+        return SyncReply(
+            jobs_to_start=starts,
+            jobs_to_kill=kills,
+            heartbeat_interval_s=self.setup.heartbeat_interval_s,
+            node_state=self._node_state(node),
+        )
+
+    def _launch(self, live: LiveJob, node: str) -> JobLaunch:
+        spec = live.spec
+        rank = live.node_list.index(node)
+        place = live.placements[rank]
+        array_id = str(live.job_num) if live.task is not None else None
+        default_out = "slurm-%A_%a.out" if array_id else "slurm-%j.out"
+        paths = {
+            key: expand_path(
+                spec.get(key) or spec.get("stdout") or default_out,
+                workdir=spec["workdir"],
+                job_id=live.job_id,
+                array_job_id=array_id or live.job_id,
+                task=live.task,
+                name=live.name,
+                user=live.user,
+            )
+            for key in ("stdout", "stderr")
+        }
+        return JobLaunch(
+            job_id=live.job_id,
+            run=live.run,
+            name=live.name,
+            user=live.user,
+            argv=spec.get("command"),
+            script=spec.get("script"),
+            workdir=spec["workdir"],
+            env=spec.get("env") or {},
+            stdout_path=paths["stdout"],
+            stderr_path=paths["stderr"],
+            time_limit_s=live.time_limit_s,
+            kill_grace_s=self.setup.kill_grace_s,
+            gpu_uuids=list(place.get("mig") or place["gpu_uuids"]),
+            gpu_milli=place["gpu_milli"],
+            cpu_milli=place["cpu_milli"],
+            memory_mib=place["memory_mib"],
+            signal=spec.get("signal"),
+            array_job_id=array_id,
+            array_task_id=live.task,
+            node_rank=rank,
+            node_list=live.node_list,
+        )
+
+    def _node_state(self, name: str) -> str:
+        info = self._nodes[name]
+        if info.state != "up":
+            return info.state
+        busy = bool(self._on_node.get(name))
+        if info.drain:
+            return "draining" if busy else "drain"
+        if not busy:
+            return "idle"
+        i = self.book.state.index[name]
+        st = self.book.state
+        full = (
+            all(
+                int(st.gpu_milli_total[i, g] - st.gpu_milli_free[i, g]) >= 1000
+                for g in range(len(info.node.gpus))
+            )
+            if info.node.gpus
+            else True
+        )
+        return "allocated" if full else "mixed"
+
+    def _node_out(self, name: str) -> NodeOut:
+        info = self._nodes[name]
+        st = self.book.state
+        i = st.index[name]
+        jobs = sorted(self._on_node.get(name, ()))
+        per_gpu: dict[int, list[str]] = defaultdict(list)
+        for job_id in jobs:
+            for p in self._jobs[job_id].placements:
+                if p["node"] == name:
+                    for g in p["gpus"]:
+                        per_gpu[g].append(job_id)
+        return NodeOut(
+            name=name,
+            state=self._node_state(name),
+            reason=info.reason,
+            pool=info.node.pool,
+            cpu_milli=info.node.cpu_milli,
+            cpu_milli_used=int(st.cpu_total[i] - st.cpu_free[i]),
+            memory_mib=info.node.memory_mib,
+            memory_mib_used=int(st.mem_total[i] - st.mem_free[i]),
+            gpus=[
+                GpuOut(
+                    index=g.index,
+                    model=g.model,
+                    memory_mib=g.memory_mib,
+                    uuid=g.uuid,
+                    used_milli=int(st.gpu_milli_total[i, g.index] - st.gpu_milli_free[i, g.index]),
+                    jobs=per_gpu[g.index],
+                    mig=[p for p, _ in g.mig or ()],
+                )
+                for g in info.node.gpus
+            ],
+            labels=dict(info.node.labels),
+            last_heartbeat=info.last_heartbeat,
+            jobs=jobs,
+        )
+
+    def _set_drain(self, principal: Principal, name: str, *, drain: bool, reason: str) -> NodeOut:
+        _require(principal, "operator")
+        now = self.clock.now()
+        with self._lock:
+            self._running_check()
+            info = self._nodes.get(name)
+            if info is None:
+                raise NotFound(f"node {name}: no such node")
+
+            def unit(conn: sa.Connection) -> None:
+                conn.execute(
+                    t.nodes.update()
+                    .where(t.nodes.c.name == name)
+                    .values(drain=drain, reason=reason)
+                )
+                persist.audit(
+                    conn,
+                    time=now,
+                    who=principal.user,
+                    action="node.drain" if drain else "node.resume",
+                    target=name,
+                    detail={"reason": reason},
+                )
+
+            self._writer().call(unit)
+            info.drain, info.reason = drain, reason
+            self._set_state(info, info.state)
+        self._wake()
+        return self.get_node(principal=principal, name=name)
+
+
+@dataclass(eq=False)
+class Change:
+    """One job's change in a commit: its row values, history steps and run rows.
+
+    ``after`` applies the change to memory once the transaction committed.
+    """
+
+    job: LiveJob
+    row: dict[str, Any]
+    history: list[tuple[float, str, str]]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    ends: list[dict[str, Any]] = field(default_factory=list)
+    after: Callable[[LiveJob], None] = lambda job: None
+
+
+def _set_kill(job: LiveJob, kill: dict[str, Any], state: str | None = None) -> None:
+    job.kill = kill
+    if state is not None:
+        job.state = state
+
+
+def _execute(stmt: sa.Executable, conn: sa.Connection) -> None:
+    conn.execute(stmt)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+_RANK = {"node": 0, "user": 1, "operator": 2, "admin": 3}
+_SYSTEM = Principal(user="system", role="admin")
+
+
+def _require(principal: Principal, role: Role) -> None:
+    """Forbidden unless ``principal`` has ``role`` or a higher one (node tokens rank lowest)."""
+    if _RANK[principal.role] < _RANK[role] or (principal.role == "node" and role != "node"):
+        raise Forbidden(f"needs the {role} role")
+
+
+def _token_out(row: Any) -> TokenOut:
+    return TokenOut(
+        id=row.id,
+        name=row.name,
+        user=row.user,
+        role=row.role,
+        node=row.node,
+        created=row.created,
+        revoked=row.revoked,
+    )
+
+
+def _check_refs(conn: sa.Connection, refs: Sequence[str]) -> None:
+    """Invalid unless every job a dependency names exists."""
+    if not refs:
+        return
+    nums = [int(r) for r in refs if r.isdigit()]
+    found: set[str] = set(
+        conn.execute(sa.select(t.jobs.c.job_id).where(t.jobs.c.job_id.in_(list(refs)))).scalars()
+    )
+    if nums:
+        numbers = conn.execute(sa.select(t.jobs.c.job_num).where(t.jobs.c.job_num.in_(nums)))
+        found.update(map(str, numbers.scalars().all()))
+    missing = [r for r in refs if r not in found]
+    if missing:
+        raise Invalid("body.dependency", f"no job {missing[0]}")
+
+
+def issue_token(
+    writer: GroupWriter | Store,
+    *,
+    name: str,
+    user: str,
+    role: Role,
+    node: str | None,
+    now: float,
+    who: str = "system",
+) -> TokenCreated:
+    """Create and store a token; the secret is in the result only. Works without a server.
+
+    Invalid unless ``node`` is given exactly for role ``node``.
+    """
+    if (role == "node") != (node is not None):
+        raise Invalid("body.node", "give a node for, and only for, role node")
+    if role not in _RANK:
+        raise Invalid("body.role", f"must be one of {', '.join(_RANK)}")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token_id = secrets.token_hex(8)
+    values = {
+        "id": token_id,
+        "name": name,
+        "user": user,
+        "role": role,
+        "node": node,
+        "hash": token_hash(secret),
+        "created": now,
+        "revoked": False,
+    }
+
+    def unit(conn: sa.Connection) -> None:
+        conn.execute(t.tokens.insert().values(**values))
+        persist.audit(
+            conn,
+            time=now,
+            who=who,
+            action="token.create",
+            target=token_id,
+            detail={"user": user, "role": role, "node": node, "name": name},
+        )
+
+    if isinstance(writer, Store):
+        with writer.write() as conn:
+            unit(conn)
+    else:
+        writer.call(unit)
+    return TokenCreated(
+        id=token_id, name=name, user=user, role=role, node=node, created=now, token=secret
+    )
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, ``null`` deletes, the rest replaces."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _has_account(tree: AccountTree, name: str) -> bool:
+    try:
+        tree.account(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _inventory_node(inventory: dict[str, Any], uuids: Sequence[str]) -> Node | None:
+    try:
+        nodes = nodes_from_groups([inventory], source="store")
+    except ClusterFileError:
+        return None
+    node = nodes[0]
+    if len(uuids) == len(node.gpus):
+        gpus = tuple(replace(g, uuid=u) for g, u in zip(node.gpus, uuids, strict=True))
+        node = replace(node, gpus=gpus)
+    return node
+
+
+def _mig_index(st: ClusterState, node: int, mig_id: str) -> int:
+    """The state's index of MIG instance ``"GPU:PROFILE@START"`` on ``node``."""
+    gpu, _, rest = mig_id.partition(":")
+    start = int(rest.rpartition("@")[2])
+    hits = np.flatnonzero(
+        (st.mig_node == node) & (st.mig_gpu == int(gpu)) & (st.mig_start == start)
+    )
+    return int(hits[0])

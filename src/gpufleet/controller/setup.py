@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.api.schemas import Role
 from gpufleet.core.accounts import AccountTree
@@ -58,3 +59,5 @@ class ControllerSetup:
     kill_grace_s: int = 30
     workload_window: int = 1000
     output_read_limit: int = 1 << 20
+    validate_config: Callable[[dict[str, Any]], None] | None = None
+    """Checks a whole configuration document before a patch is stored (raises Invalid)."""

@@ -1,0 +1,199 @@
+"""From a submission to the controller's job rows: arrays, dependencies, signals, paths.
+
+Everything a user types is checked here, once, and every complaint is an
+``Invalid`` naming the body field (``body.array``). The syntax is Slurm's:
+
+* ``array``: ``0-999``, ``1,3,5``, ``0-15:4`` (a step), any of them with
+  ``%N`` to run at most N tasks at a time;
+* ``dependency``: ``afterok:1:2,afternotok:3,afterany:4_2,singleton``
+  (``,`` means all must hold; an array job id stands for all its tasks);
+* ``signal``: ``[B:]SIG[@seconds]`` (``USR1@90``);
+* output paths: ``%j`` job id, ``%A`` array job id, ``%a`` array index,
+  ``%x`` job name, ``%u`` user, ``%%`` a percent sign.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as signals
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from gpufleet.api.schemas import MAX_ARRAY_TASKS, JobSubmit
+from gpufleet.controller.errors import Invalid
+from gpufleet.core.model import InvalidSpec, Request
+
+DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
+_JOB_REF = re.compile(r"^[0-9]{1,18}(_[0-9]{1,9})?$")
+_RANGE = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?$")
+_SIGNAL = re.compile(r"^(B:)?([A-Z0-9]{1,16})(?:@([0-9]{1,6}))?$")
+_PATTERN = re.compile(r"%(.)|%$")
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """The task indices of an array job, ascending, and its concurrency limit (None: none)."""
+
+    indices: tuple[int, ...]
+    limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """What must happen before a job may start; every condition must hold."""
+
+    afterok: tuple[str, ...] = ()
+    afternotok: tuple[str, ...] = ()
+    afterany: tuple[str, ...] = ()
+    singleton: bool = False
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """Every job id named."""
+        return self.afterok + self.afternotok + self.afterany
+
+
+def parse_array(text: str) -> ArraySpec:
+    """Parse ``0-999%50``-style text. Invalid('body.array') if malformed or too large."""
+    field = "body.array"
+    body, _, limit_text = text.strip().partition("%")
+    limit: int | None = None
+    if limit_text:
+        if not limit_text.isdigit() or int(limit_text) < 1:
+            raise Invalid(field, f"the %N limit must be a positive integer, got {limit_text!r}")
+        limit = int(limit_text)
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _RANGE.match(part.strip())
+        if m is None:
+            raise Invalid(field, f"{part!r} is not N, N-M or N-M:STEP")
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] is not None else lo
+        step = int(m[3]) if m[3] is not None else 1
+        if hi < lo or step < 1:
+            raise Invalid(field, f"{part!r}: the range must ascend with a positive step")
+        if (hi - lo) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
+            raise Invalid(field, f"more than {MAX_ARRAY_TASKS} tasks")
+        indices.update(range(lo, hi + 1, step))
+    return ArraySpec(tuple(sorted(indices)), limit)
+
+
+def parse_dependency(text: str) -> Dependency:
+    """Parse ``afterok:1:2,singleton``-style text. Invalid('body.dependency') if malformed."""
+    field = "body.dependency"
+    lists: dict[str, list[str]] = {k: [] for k in DEPENDENCY_KINDS}
+    singleton = False
+    for part in text.strip().split(","):
+        part = part.strip()
+        if part == "singleton":
+            singleton = True
+            continue
+        kind, _, refs = part.partition(":")
+        if kind not in lists:
+            raise Invalid(
+                field, f"{part!r}: expected {', '.join(DEPENDENCY_KINDS)} or singleton"
+            )
+        ids = refs.split(":") if refs else []
+        if not ids:
+            raise Invalid(field, f"{kind} names no job")
+        for ref in ids:
+            if not _JOB_REF.match(ref):
+                raise Invalid(field, f"{ref!r} is not a job id (123 or 123_4)")
+        lists[kind].extend(ids)
+    return Dependency(
+        tuple(lists["afterok"]), tuple(lists["afternotok"]), tuple(lists["afterany"]), singleton
+    )
+
+
+def parse_signal(text: str) -> tuple[str, int]:
+    """The signal name (without SIG) and seconds before the limit of ``[B:]SIG[@seconds]``."""
+    m = _SIGNAL.match(text.strip().upper())
+    name = m[2].removeprefix("SIG") if m else ""
+    known = (name.isdigit() and 0 < int(name) < 65) or hasattr(signals, "SIG" + name)
+    if m is None or not known:
+        raise Invalid("body.signal", f"{text!r} is not [B:]SIG[@seconds] with a known signal")
+    return name, int(m[3]) if m[3] else 60
+
+
+def expand_path(
+    pattern: str,
+    *,
+    workdir: str,
+    job_id: str,
+    array_job_id: str,
+    task: int | None,
+    name: str,
+    user: str,
+) -> str:
+    """Expand Slurm's ``%`` patterns and make the path absolute under ``workdir``."""
+    values = {
+        "j": job_id,
+        "A": array_job_id,
+        "a": str(task) if task is not None else "",
+        "x": name or "job",
+        "u": user,
+        "%": "%",
+    }
+
+    def one(m: re.Match[str]) -> str:
+        return values.get(m[1] or "", m[0])
+
+    path = PurePosixPath(_PATTERN.sub(one, pattern))
+    return str(path if path.is_absolute() else PurePosixPath(workdir) / path)
+
+
+def check_spec(spec: JobSubmit) -> tuple[Request, ArraySpec | None, Dependency | None]:
+    """The core request of one task, and the parsed array and dependency; Invalid if bad.
+
+    The path names and workdir must be absolute-compatible; a request that
+    asks for nothing or mixes GPU shapes is refused with the body field.
+    """
+    if (spec.command is None) == (spec.script is None):
+        raise Invalid("body.command", "give exactly one of command and script")
+    if not spec.workdir.startswith("/"):
+        raise Invalid("body.workdir", "must be an absolute path")
+    if "\x00" in spec.workdir or any("\x00" in a for a in spec.command or ()):
+        raise Invalid("body.command", "must not contain NUL characters")
+    if spec.signal is not None:
+        parse_signal(spec.signal)
+    try:
+        request = Request(
+            cpu_milli=spec.cpus_per_task * 1000,
+            memory_mib=spec.mem_mib,
+            gpus=spec.gpus_per_node if not spec.gpu_milli else 0,
+            gpu_milli=spec.gpu_milli,
+            gpu_memory_mib=spec.gpu_memory_mib,
+            mig_profile=spec.mig_profile or "",
+            mig_count=spec.mig_count,
+            gpu_models=frozenset([spec.gpu_type]) if spec.gpu_type else frozenset(),
+            nodes=spec.nodes,
+        )
+    except InvalidSpec as e:
+        raise Invalid("body." + e.field.removeprefix("request."), e.reason) from None
+    array = parse_array(spec.array) if spec.array is not None else None
+    dependency = parse_dependency(spec.dependency) if spec.dependency is not None else None
+    return request, array, dependency
+
+
+def request_to_json(r: Request) -> dict[str, object]:
+    """A request as the store keeps it (``gpu_models`` a sorted list)."""
+    return {
+        "cpu_milli": r.cpu_milli,
+        "memory_mib": r.memory_mib,
+        "gpus": r.gpus,
+        "gpu_milli": r.gpu_milli,
+        "gpu_memory_mib": r.gpu_memory_mib,
+        "mig_profile": r.mig_profile,
+        "mig_count": r.mig_count,
+        "gpu_models": sorted(r.gpu_models),
+        "min_gpu_memory_mib": r.min_gpu_memory_mib,
+        "nodes": r.nodes,
+    }
+
+
+def request_from_json(data: dict[str, object]) -> Request:
+    """The inverse of ``request_to_json``."""
+    models = data.get("gpu_models") or []
+    assert isinstance(models, list)
+    values = {k: v for k, v in data.items() if k != "gpu_models"}
+    return Request(gpu_models=frozenset(str(m) for m in models), **values)  # type: ignore[arg-type]

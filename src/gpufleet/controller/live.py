@@ -1,0 +1,161 @@
+"""The controller's in-memory view of active jobs and nodes, and their row forms.
+
+A ``LiveJob`` is a job not yet finished (PENDING, RUNNING or COMPLETING):
+the store row's fields the scheduler reads every cycle, kept so that a cycle
+never queries the database. Finished jobs live only in the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.controller.jobspec import Dependency, parse_dependency, request_from_json
+from gpufleet.core.job import Job
+from gpufleet.core.model import Node, Request
+
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING"})
+
+
+@dataclass(slots=True)
+class LiveJob:
+    """An active job. ``kill`` is set while a stop was asked of its agents.
+
+    ``kill`` holds ``mode`` (cancel, requeue, preempt-requeue,
+    preempt-cancel, timeout), ``signal``, ``grace_s`` and ``deadline``.
+    ``placements`` are per node: name, GPU indices and UUIDs, shares and
+    MIG instance ids, in gang order.
+    """
+
+    pk: int
+    job_id: str
+    job_num: int
+    task: int | None
+    array_limit: int | None
+    name: str
+    user: str
+    account: str
+    partition: str
+    qos: str
+    state: str
+    held: bool
+    nice: int
+    submit_time: float
+    begin_time: float | None
+    time_limit_s: int
+    run: int
+    restart_count: int
+    request: Request
+    spec: dict[str, Any]
+    dependency: Dependency | None
+    requeue: bool
+    reason: str = ""
+    kill: dict[str, Any] | None = None
+    start_time: float | None = None
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    expected_start: float | None = None
+    core: Job | None = None
+
+    @property
+    def node_list(self) -> list[str]:
+        return [str(p["node"]) for p in self.placements]
+
+    def job(self) -> Job:
+        """The core job the cycle schedules (built once)."""
+        if self.core is None:
+            self.core = Job(
+                id=self.job_id,
+                user=self.user,
+                account=self.account,
+                qos=self.qos,
+                partition=self.partition,
+                request=self.request,
+                submit_time=int(self.submit_time),
+                time_limit_s=self.time_limit_s,
+                priority_nice=self.nice,
+            )
+        return self.core
+
+    @classmethod
+    def from_values(
+        cls, values: dict[str, Any], request: Request, dependency: Dependency | None
+    ) -> LiveJob:
+        """A new job from the values its row was inserted with."""
+        return cls(
+            pk=values["id"],
+            job_id=values["job_id"],
+            job_num=values["job_num"],
+            task=values["array_task_id"],
+            array_limit=values["array_limit"],
+            name=values["name"],
+            user=values["user"],
+            account=values["account"],
+            partition=values["partition"],
+            qos=values["qos"],
+            state="PENDING",
+            held=values["held"],
+            nice=values["nice"],
+            submit_time=values["submit_time"],
+            begin_time=values["begin_time"],
+            time_limit_s=values["time_limit_s"],
+            run=0,
+            restart_count=0,
+            request=request,
+            spec=values["spec"],
+            dependency=dependency,
+            requeue=values["requeue"],
+        )
+
+    @classmethod
+    def from_row(cls, row: Any) -> LiveJob:
+        """A LiveJob from a ``jobs`` row (a SQLAlchemy Row)."""
+        return cls(
+            pk=row.id,
+            job_id=row.job_id,
+            job_num=row.job_num,
+            task=row.array_task_id,
+            array_limit=row.array_limit,
+            name=row.name,
+            user=row.user,
+            account=row.account,
+            partition=row.partition,
+            qos=row.qos,
+            state=row.state,
+            held=row.held,
+            nice=row.nice,
+            submit_time=row.submit_time,
+            begin_time=row.begin_time,
+            time_limit_s=row.time_limit_s,
+            run=row.run,
+            restart_count=row.restart_count,
+            request=request_from_json(row.request),
+            spec=row.spec,
+            dependency=parse_dependency(row.dependency) if row.dependency else None,
+            requeue=row.requeue,
+            reason=row.reason,
+            kill=row.kill,
+            start_time=row.start_time,
+            placements=list(row.assignments or []),
+        )
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """A node the controller knows: declared in the configuration or registered by its agent.
+
+    ``state`` is ``up`` (its agent syncs), ``down`` (heartbeat lost) or
+    ``unknown`` (no agent seen yet); ``drain`` keeps new jobs off it.
+    """
+
+    node: Node
+    state: str
+    drain: bool = False
+    reason: str = ""
+    source: str = "config"
+    last_heartbeat: float | None = None
+    saved_heartbeat: float | None = None
+    inventory: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> bool:
+        return self.state == "up" and not self.drain

@@ -1,0 +1,3 @@
+from store.databases import db
+
+__all__ = ["db"]
