@@ -1,0 +1,223 @@
+"""The controller service end to end on a manual clock, against SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
+from gpufleet.api.agent_schemas import RunReport
+from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
+from store.databases import Database
+
+
+@pytest.fixture
+def cluster(db: Database) -> Iterator[Cluster]:
+    c = Cluster(db)
+    c.register()
+    yield c
+    c.ctl.stop()
+
+
+def test_a_job_runs_to_completion_with_its_history(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec(gpus_per_node=2)).job_id
+    assert cluster.state(job) == "PENDING"
+    ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+    node = cluster.where(job)
+    reply = cluster.sync(node)
+    assert [(s.job_id, s.run, len(s.gpu_uuids)) for s in reply.jobs_to_start] == [(job, 1, 2)]
+    assert cluster.sync(node).jobs_to_start == []  # the agent holds it now: nothing new
+    cluster.clock.advance(30)
+    cluster.exit(node, job, 1)
+    out = ctl.get_job(principal=ANA, job_id=job)
+    assert out.state == "COMPLETED" and out.exit_code == 0
+    assert [e.state for e in out.history] == ["PENDING", "RUNNING", "COMPLETED"]
+    # The same report again changes nothing.
+    cluster.exit(node, job, 1)
+    assert [e.state for e in ctl.get_job(principal=ANA, job_id=job).history][-1] == "COMPLETED"
+
+
+def test_a_nonzero_exit_fails_the_job(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    cluster.exit(node, job, 1, code=3)
+    out = cluster.ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.exit_code) == ("FAILED", 3)
+
+
+def test_an_array_runs_at_most_its_limit_at_once(cluster: Cluster) -> None:
+    sub = cluster.ctl.submit(principal=ANA, spec=spec(array="0-5%2"))
+    assert sub.array_task_count == 6
+    cluster.ctl.run_cycle_now()
+    page = cluster.ctl.list_jobs(principal=ANA)
+    running = sorted(j.job_id for j in page.jobs if j.state == "RUNNING")
+    assert running == [f"{sub.job_id}_0", f"{sub.job_id}_1"]  # 8 GPUs free, but %2
+    waiting = {j.reason for j in page.jobs if j.state == "PENDING"}
+    assert waiting == {"JobArrayTaskLimit"}
+    node = cluster.where(running[0])
+    cluster.sync(node)
+    cluster.exit(node, running[0], 1)
+    cluster.ctl.run_cycle_now()
+    page = cluster.ctl.list_jobs(principal=ANA)
+    assert sum(j.state == "RUNNING" for j in page.jobs) == 2
+
+
+def test_afterok_waits_then_starts_and_never_after_a_failure(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    first = ctl.submit(principal=ANA, spec=spec()).job_id
+    ok = ctl.submit(principal=ANA, spec=spec(dependency=f"afterok:{first}")).job_id
+    notok = ctl.submit(principal=ANA, spec=spec(dependency=f"afternotok:{first}")).job_id
+    ctl.run_cycle_now()
+    assert cluster.state(ok) == "PENDING"
+    assert ctl.get_job(principal=ANA, job_id=ok).reason == "Dependency"
+    node = cluster.where(first)
+    cluster.sync(node)
+    cluster.exit(node, first, 1, code=0)
+    ctl.run_cycle_now()
+    assert cluster.state(ok) == "RUNNING"
+    assert ctl.get_job(principal=ANA, job_id=notok).reason == "DependencyNeverSatisfied"
+
+
+def test_unknown_dependency_is_invalid(cluster: Cluster) -> None:
+    with pytest.raises(Invalid) as e:
+        cluster.ctl.submit(principal=ANA, spec=spec(dependency="afterok:999"))
+    assert e.value.field == "body.dependency"
+
+
+def test_hold_release_and_cancel(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
+    ctl.run_cycle_now()
+    out = ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.reason, out.held) == ("PENDING", "JobHeldUser", True)
+    ctl.release_job(principal=ANA, job_id=job)
+    ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+    node = cluster.where(job)
+    cluster.sync(node)
+    ctl.cancel_job(principal=ANA, job_id=job)
+    assert cluster.state(job) == "COMPLETING"
+    reply = cluster.sync(node)
+    assert [(k.job_id, k.run) for k in reply.jobs_to_kill] == [(job, 1)]
+    report = RunReport(job_id=job, run=1, state="signalled", signal=15, at=cluster.clock.now())
+    cluster.sync(node, [report])
+    assert cluster.state(job) == "CANCELLED"
+    with pytest.raises(Conflict):
+        ctl.cancel_job(principal=ANA, job_id=job)
+
+
+def test_requeue_starts_a_new_run(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec()).job_id
+    ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    ctl.requeue_job(principal=OPERATOR, job_id=job)
+    report = RunReport(job_id=job, run=1, state="signalled", signal=15, at=cluster.clock.now())
+    cluster.sync(node, [report])
+    out = ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.restart_count) == ("PENDING", 1)
+    ctl.run_cycle_now()
+    node = cluster.where(job)
+    assert [s.run for s in cluster.sync(node).jobs_to_start] == [2]
+
+
+def test_request_id_makes_a_retry_return_the_first_job(cluster: Cluster) -> None:
+    first = cluster.ctl.submit(principal=ANA, spec=spec(request_id="abc"))
+    again = cluster.ctl.submit(principal=ANA, spec=spec(request_id="abc"))
+    other = cluster.ctl.submit(principal=BOB, spec=spec(request_id="abc"))
+    assert again.job_id == first.job_id and again.duplicate
+    assert other.job_id != first.job_id and not other.duplicate
+
+
+def test_users_see_and_touch_only_their_own_jobs(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    with pytest.raises(NotFound):
+        cluster.ctl.get_job(principal=BOB, job_id=job)
+    with pytest.raises(NotFound):
+        cluster.ctl.cancel_job(principal=BOB, job_id=job)
+    with pytest.raises(Forbidden):
+        cluster.ctl.list_jobs(principal=BOB, user="ana")
+    assert cluster.ctl.list_jobs(principal=BOB).jobs == []
+    assert [j.job_id for j in cluster.ctl.list_jobs(principal=OPERATOR).jobs] == [job]
+    with pytest.raises(Forbidden):
+        cluster.ctl.drain_node(principal=ANA, name="n1", reason="x")
+
+
+def test_restart_rebuilds_and_kills_nothing(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    pending = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=8)).job_id
+    cluster.ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    cluster.restart()
+    reply = cluster.sync(node)
+    assert reply.jobs_to_kill == [] and reply.jobs_to_start == []
+    assert cluster.state(job) == "RUNNING" and cluster.state(pending) == "PENDING"
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"  # never started twice
+    cluster.exit(node, job, 1)
+    assert cluster.state(job) == "COMPLETED"
+    nxt = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    assert int(nxt) > int(pending)
+
+
+def test_a_start_persisted_but_never_sent_is_sent_after_a_restart(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.run_cycle_now()  # committed; no agent has synced yet
+    node = cluster.where(job)
+    cluster.restart()
+    assert [(s.job_id, s.run) for s in cluster.sync(node).jobs_to_start] == [(job, 1)]
+
+
+def test_a_lost_node_requeues_its_jobs(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    other = "n2" if node == "n1" else "n1"
+    cluster.clock.advance(200)
+    cluster.sync(other)
+    cluster.ctl.run_cycle_now()
+    out = cluster.ctl.get_job(principal=ANA, job_id=job)
+    assert "NODE_FAIL" in [e.state for e in out.history]
+    assert out.state == "RUNNING" and out.node_list == [other]
+
+
+def test_usage_counts_gpu_hours_and_exports_replayable_history(
+    cluster: Cluster, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from gpufleet.sim.traces.history import load_history
+
+    start = cluster.clock.now()
+    job = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=2)).job_id
+    cluster.ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    cluster.clock.advance(1800)
+    cluster.exit(node, job, 1)
+    end = cluster.clock.now() + 1
+    rows = cluster.ctl.usage(principal=OPERATOR, start=start, end=end, by="user")
+    assert [(r.key, round(r.gpu_hours, 6)) for r in rows] == [("ana", 1.0)]  # 2 GPUs x 0.5 h
+    path = Path(str(tmp_path)) / "history.jsonl"
+    path.write_text("".join(cluster.ctl.export_usage(principal=OPERATOR, start=start, end=end)))
+    (trace,) = load_history(path)
+    assert (trace.id, trace.duration_s, trace.request.gpus, trace.user) == (job, 1800, 2, "ana")
+
+
+def test_tokens_authenticate_until_revoked(cluster: Cluster) -> None:
+    made = cluster.ctl.create_token(principal=ADMIN, name="t", user="ana", role="user")
+    who = cluster.ctl.authenticate(token=made.token)
+    assert who is not None and (who.user, who.role) == ("ana", "user")
+    with pytest.raises(Forbidden):
+        cluster.ctl.create_token(principal=ANA, name="t", user="ana", role="admin")
+    cluster.ctl.revoke_token(principal=ADMIN, token_id=made.id)
+    assert cluster.ctl.authenticate(token=made.token) is None
+    assert cluster.ctl.authenticate(token="gf_nonsense") is None
