@@ -13,17 +13,20 @@ from typing import Protocol, cast
 
 import typer
 
+from gpufleet.cli import accounting, cluster, jobs
 from gpufleet.cli.config import config
-from gpufleet.cli.sim import sim
+from gpufleet.cli.lazy import LazyGroup
 
 app = typer.Typer(
     name="gpufleet",
     help="GPU cluster scheduler: fragmentation-aware placement and a simulator over the same core.",
     no_args_is_help=True,
     add_completion=False,
+    cls=LazyGroup,  # loads `sim` (numba, matplotlib) only when it is run
 )
-app.add_typer(sim, name="sim")
 app.add_typer(config, name="config")
+for module in (jobs, cluster, accounting):
+    module.register(app)
 
 
 class _ClickError(Protocol):

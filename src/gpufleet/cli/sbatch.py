@@ -231,7 +231,7 @@ def parse_dependency(text: str) -> str:
     return text
 
 
-_BEGIN_OFFSET = re.compile(r"now(?:\+(\d{1,9})([a-z]*))?")
+_BEGIN_OFFSET = re.compile(r"now(?:([+-])(\d{1,9})([a-z]*))?")
 _OFFSET_UNITS = {
     "": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
     "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
@@ -247,7 +247,7 @@ _BEGIN_WORDS = {"midnight": (0, 0), "noon": (12, 0), "fika": (15, 0), "teatime":
 def parse_begin(text: str, now: datetime) -> int:
     """A ``--begin`` time as Unix seconds, relative to ``now`` (timezone-aware).
 
-    Forms: ``now[+N[unit]]`` (seconds, minutes, hours, days or weeks; seconds
+    Forms: ``now[+-N[unit]]`` (seconds, minutes, hours, days or weeks; seconds
     when bare), ``YYYY-MM-DD[THH:MM[:SS]]``, ``HH:MM[:SS]`` (today, or
     tomorrow when that time has passed), ``midnight``, ``noon``, ``fika``,
     ``teatime``, ``today`` and ``tomorrow``, all in ``now``'s timezone.
@@ -255,10 +255,11 @@ def parse_begin(text: str, now: datetime) -> int:
     lowered = text.lower()
     try:
         if (match := _BEGIN_OFFSET.fullmatch(lowered)) is not None:
-            unit = _OFFSET_UNITS.get(match[2] or "")
+            unit = _OFFSET_UNITS.get(match[3] or "")
             if unit is None:
-                raise _Bad(f"{text!r}: unknown unit {match[2]!r} (seconds..weeks)")
-            return int(now.timestamp()) + int(match[1] or 0) * unit
+                raise _Bad(f"{text!r}: unknown unit {match[3]!r} (seconds..weeks)")
+            sign = -1 if match[1] == "-" else 1
+            return int(now.timestamp()) + sign * int(match[2] or 0) * unit
         if (match := _BEGIN_DATE.fullmatch(text)) is not None:
             year, month, day, hour, minute, second = (int(g or 0) for g in match.groups())
             at = datetime(year, month, day, hour, minute, second, tzinfo=now.tzinfo)

@@ -1,0 +1,278 @@
+"""Job commands: ``submit`` (sbatch), ``queue`` (squeue), ``show`` (scontrol show job),
+``cancel`` (scancel), ``hold``, ``release`` and ``requeue`` (scontrol)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from gpufleet.adapters.client import ClientConfigError, ClientError, Unreachable
+from gpufleet.api.schemas import MAX_SCRIPT_BYTES, TERMINAL_STATES, JobOut, JobStateName
+from gpufleet.cli.output import (
+    JSON_HELP,
+    STATE_CODES,
+    compress_hostlist,
+    connect,
+    duration,
+    fail,
+    job_id,
+    print_json,
+    print_table,
+    reporting,
+    timestamp,
+)
+from gpufleet.cli.sbatch import option_summary, parse_submission
+
+Json = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+_NAMES = {code: name for name, code in STATE_CODES.items()}
+ACTIVE_STATES: tuple[JobStateName, ...] = tuple(
+    s for s in STATE_CODES if s not in TERMINAL_STATES  # type: ignore[misc]
+)
+"""What ``queue`` lists without ``--state``: jobs that have not ended, as squeue does."""
+
+
+def _load_script(name: str) -> str:
+    """A script's text; ``-`` is standard input. Reads one byte past the cap, to see it."""
+    if name == "-":
+        return sys.stdin.read(MAX_SCRIPT_BYTES + 1)
+    with open(name, encoding="utf-8") as f:
+        return f.read(MAX_SCRIPT_BYTES + 1)
+
+
+def submit(
+    ctx: typer.Context,
+    json_out: Json = False,
+    parsable: Annotated[bool, typer.Option("--parsable", help="Print only the job id.")] = False,
+) -> None:
+    with reporting("submit"):
+        spec = parse_submission(
+            ctx.args,
+            load_script=_load_script,
+            cwd=os.getcwd(),
+            environ=os.environ,
+            now=datetime.now().astimezone(),
+        )
+        with connect() as client:
+            submitted = client.submit(spec)
+    if json_out:
+        print_json(submitted)
+    elif parsable:
+        typer.echo(submitted.job_id)
+    else:
+        typer.echo(f"Submitted batch job {submitted.job_id}")
+
+
+SUBMIT_HELP = (
+    "Submit a batch script, like sbatch: gpufleet submit [OPTIONS] SCRIPT, or --wrap CMD.\n\n"
+    "The script's #SBATCH and #GPUFLEET directives are read first; options given here "
+    "override them. Options (see docs/cli.md):\n\n" + option_summary().replace("\n", "\n\n")
+)
+
+
+def _states(text: str | None) -> tuple[JobStateName, ...]:
+    """``--state``: comma-separated codes (PD,R) or names (pending), or ``all``."""
+    if text is None:
+        return ACTIVE_STATES
+    if text.lower() == "all":
+        return tuple(STATE_CODES)  # type: ignore[arg-type]
+    states: list[JobStateName] = []
+    for part in text.split(","):
+        name = _NAMES.get(part.upper(), part.upper())
+        if name not in STATE_CODES:
+            fail("queue", f"--state: {part!r} is not a job state (PD, R, CG, CD, F, CA, ...)")
+        states.append(name)  # type: ignore[arg-type]
+    return tuple(states)
+
+
+def _split(text: str | None) -> set[str]:
+    return {part for part in (text or "").split(",") if part}
+
+
+def _elapsed(job: JobOut, now: float) -> float:
+    if job.start_time is None:
+        return 0
+    return (job.end_time or now) - job.start_time
+
+
+def _where(job: JobOut) -> str:
+    """NODELIST(REASON): the nodes of a job that has run, else its reason in brackets."""
+    if job.node_list:
+        return compress_hostlist(job.node_list)
+    return f"({job.reason or 'None'})"
+
+
+def _start(job: JobOut) -> str:
+    return timestamp(job.expected_start if job.state == "PENDING" else job.start_time)
+
+
+def queue(
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="Users, comma-separated.")
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option("--state", "-t", help="States: PD,R,CG,... or names; 'all' for every job."),
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", help="Partitions, comma-separated.")
+    ] = None,
+    me: Annotated[bool, typer.Option("--me", help="Only my jobs (as --user $USER).")] = False,
+    json_out: Json = False,
+) -> None:
+    """List jobs like squeue: pending and running ones unless --state says otherwise.
+
+    START is backfill's expected start for a pending job and the start of
+    one that has run; NODELIST(REASON) shows a pending job's reason.
+    """
+    states = _states(state)
+    users = {getpass.getuser()} if me else _split(user)
+    partitions = _split(partition)
+    with reporting("queue"), connect() as client:
+        # One value is filtered by the controller; several are filtered here.
+        jobs = [
+            job
+            for job in client.jobs(
+                user=next(iter(users)) if len(users) == 1 else None,
+                partition=next(iter(partitions)) if len(partitions) == 1 else None,
+                states=states,
+            )
+            if (not users or job.user in users) and (not partitions or job.partition in partitions)
+        ]
+    order = {name: k for k, name in enumerate(("RUNNING", "COMPLETING", "PENDING"))}
+    jobs.sort(key=lambda j: (order.get(j.state, 3), _sort_key(j.job_id)))
+    if json_out:
+        print_json(jobs)
+        return
+    now = time.time()
+    print_table(
+        ("JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "START", "NODELIST(REASON)"),
+        (
+            (
+                j.job_id,
+                j.partition,
+                j.name,
+                j.user,
+                STATE_CODES[j.state],
+                duration(_elapsed(j, now)),
+                j.nodes,
+                _start(j),
+                _where(j),
+            )
+            for j in jobs
+        ),
+    )
+
+
+def _sort_key(text: str) -> tuple[int, int]:
+    array, _, task = text.partition("_")
+    return int(array), int(task or -1)
+
+
+def show(
+    job: Annotated[str, typer.Argument(help="A job id, or an array task as 42_3.")],
+    json_out: Json = False,
+) -> None:
+    """Show one job, like scontrol show job."""
+    with reporting("show"), connect() as client:
+        found = client.job(job_id("show", job))
+    if json_out:
+        print_json(found)
+        return
+    gpus = (
+        f"{found.gpus_per_node} per node"
+        if found.gpus_per_node
+        else f"{found.gpu_milli} milli-GPU"
+        if found.gpu_milli
+        else f"MIG {found.mig_profile}"
+        if found.mig_profile
+        else "none"
+    )
+    rows = [
+        ("JobId", found.job_id),
+        ("JobName", found.name),
+        ("User", found.user),
+        ("Account", found.account),
+        ("Partition", found.partition),
+        ("QOS", found.qos),
+        ("JobState", found.state + (" (held)" if found.held else "")),
+        ("Reason", found.reason or "None"),
+        ("Priority", "N/A" if found.priority is None else f"{found.priority:g}"),
+        ("Nodes", found.nodes),
+        ("GPUs", gpus),
+        ("CPUsPerNode", found.cpus_per_task),
+        ("MemoryMiB", found.mem_mib or "default"),
+        ("TimeLimit", duration(found.time_limit_s or None)),
+        ("SubmitTime", timestamp(found.submit_time)),
+        ("StartTime", timestamp(found.start_time)),
+        ("ExpectedStart", timestamp(found.expected_start)),
+        ("EndTime", timestamp(found.end_time)),
+        ("NodeList", compress_hostlist(found.node_list) or "None"),
+        ("ExitCode", "N/A" if found.exit_code is None else found.exit_code),
+        ("Restarts", found.restart_count),
+        ("WorkDir", found.workdir),
+        ("StdOut", found.stdout_path),
+        ("StdErr", found.stderr_path),
+    ]
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        typer.echo(f"{key.ljust(width)}  {value}")
+
+
+def _act(action: str, jobs: list[str], reason: str = "") -> None:
+    """Apply ``action`` to each job; report each failure and exit with the worst status."""
+    worst = 0
+    ids = [job_id(action, j) for j in jobs]
+    with reporting(action), connect() as client:
+        for job in ids:
+            try:
+                client.job_action(job, action, reason)  # type: ignore[arg-type]
+            except (Unreachable, ClientConfigError):
+                raise  # the same for every job: say it once
+            except ClientError as e:
+                typer.echo(f"error: {action} {job}: {e}", err=True)
+                worst = max(worst, e.exit_code)
+    if worst:
+        raise typer.Exit(worst)
+
+
+Jobs = Annotated[list[str], typer.Argument(help="Job ids; an array job id means every task.")]
+
+
+def cancel(
+    jobs: Jobs,
+    reason: Annotated[str, typer.Option("--reason", help="Recorded in the job's history.")] = "",
+) -> None:
+    """Cancel jobs, like scancel: pending ones never start, running ones are killed."""
+    _act("cancel", jobs, reason)
+
+
+def hold(jobs: Jobs) -> None:
+    """Keep pending jobs from starting, like scontrol hold."""
+    _act("hold", jobs)
+
+
+def release(jobs: Jobs) -> None:
+    """Let held jobs be scheduled again, like scontrol release."""
+    _act("release", jobs)
+
+
+def requeue(jobs: Jobs) -> None:
+    """Stop running jobs (or take finished ones) and queue them again, like scontrol requeue."""
+    _act("requeue", jobs)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the job commands to ``app``."""
+    app.command(
+        "submit",
+        help=SUBMIT_HELP,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )(submit)
+    for command in (queue, show, cancel, hold, release, requeue):
+        app.command()(command)
