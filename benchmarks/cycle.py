@@ -9,8 +9,9 @@ partition limits, EASY backfill testing every pending job, best-fit placement.
 
 * full cycle: ``run_cycle`` on that snapshot (it changes nothing, so every
   repetition sees the same queue and judges all of it);
-* incremental cycle: the previous plan carried out, then 5 jobs finish and 5
-  arrive; the next cycle;
+* incremental cycle: the previous plan carried out by the job book
+  (``engine.JobBook``, as the drivers do), then 5 jobs finish and 5 arrive;
+  the next cycle;
 * peak RSS of the process.
 
 As a driver does, every cycle runs with the same profile, whose cache keeps
@@ -32,11 +33,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpufleet.core.cycle import Plan, SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.model import GPU, Node, Request
 from gpufleet.core.placement import PlacementProfile, Placer
 from gpufleet.core.state import ClusterState
+from gpufleet.engine.book import JobBook
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.placement.fit import BestFit
@@ -104,38 +106,41 @@ class Workload:
         )
 
 
-def build_snapshot(seed: int) -> tuple[Snapshot, Workload]:
+NOW = 100_000
+
+
+def build_book(seed: int) -> tuple[JobBook, Workload, dict[str, float]]:
+    """The busy cluster in a job book, the workload that made it, and each user's fairshare."""
     wl = Workload(seed)
-    state = ClusterState(build_nodes())
+    nodes = build_nodes()
+    state = ClusterState(nodes)
     placer = Placer(PlacementProfile("best-fit", [(BestFit(), 1.0)]))
-    now = 100_000
     running: list[RunningJob] = []
     for _ in range(3 * RUNNING):
         if len(running) == RUNNING:
             break
-        start = now - int(wl.rng.integers(0, 20_000))
+        start = NOW - int(wl.rng.integers(0, 20_000))
         job = wl.job(start - 60, state=JobState.RUNNING, start_time=start)
         placed = placer.place(state, job.request)
         if placed is not None:
             running.append(RunningJob(job, tuple(placed), start + job.time_limit_s))
     else:
         raise RuntimeError(f"only {len(running)} of {RUNNING} running jobs fit")
-    pending = [wl.job(now - int(wl.rng.integers(0, 200_000))) for _ in range(PENDING)]
-    users = {f"u{u:03d}" for u in range(400)}
-    snapshot = Snapshot(
-        state=state,
-        running=running,
-        pending=pending,
-        qos={
+    book = JobBook(
+        nodes,
+        {
             "normal": QoS("normal", priority=10, max_gpus_per_user=64, max_gpus_per_account=512),
             "high": QoS("high", priority=100, max_gpus_per_user=32, preempt=("scavenger",)),
             "scavenger": QoS("scavenger", priority=0),
         },
-        partitions={"gpu": Partition("gpu", max_time_s=48 * 3_600)},
-        now=now,
-        fairshare={u: float(wl.rng.random()) for u in sorted(users)},
+        {"gpu": Partition("gpu", max_time_s=48 * 3_600)},
     )
-    return snapshot, wl
+    for r in running:
+        book.restore(r)
+    for _ in range(PENDING):
+        book.submit(wl.job(NOW - int(wl.rng.integers(0, 200_000))))
+    users = {f"u{u:03d}" for u in range(400)}
+    return book, wl, {u: float(wl.rng.random()) for u in sorted(users)}
 
 
 def profile() -> SchedulingProfile:
@@ -153,31 +158,17 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def apply(snapshot: Snapshot, plan: Plan) -> Snapshot:
-    """The snapshot after the driver carried out ``plan`` (starts only; it has no preemptions)."""
-    started = []
-    for job in snapshot.pending:
-        placed = plan.starts.get(job.id)
-        if placed is None:
-            continue
-        for a in placed:
-            snapshot.state.allocate(a)
-        running = replace(job, state=JobState.RUNNING, start_time=snapshot.now)
-        started.append(RunningJob(running, tuple(placed), snapshot.now + job.time_limit_s))
-    pending = [j for j in snapshot.pending if j.id not in plan.starts]
-    return replace(snapshot, running=[*snapshot.running, *started], pending=pending)
+def snapshot(book: JobBook, now: int, fairshare: dict[str, float]) -> Snapshot:
+    return replace(book.snapshot(now), fairshare=fairshare)
 
 
-def incremental(snapshot: Snapshot, wl: Workload) -> Snapshot:
-    """The next cycle's snapshot, 10 s later: 5 running jobs finished, 5 new jobs arrived."""
-    running = list(snapshot.running)
-    done = [running.pop(int(wl.rng.integers(len(running)))) for _ in range(5)]
-    for r in done:
-        for a in r.assignments:
-            snapshot.state.release(a)
-    now = snapshot.now + 10
-    pending = [*snapshot.pending, *(wl.job(now) for _ in range(5))]
-    return replace(snapshot, running=running, pending=pending, now=now)
+def incremental(book: JobBook, wl: Workload, now: int) -> None:
+    """What happens in the 10 s before the next cycle: 5 running jobs finish, 5 arrive."""
+    for _ in range(5):
+        running = list(book.running)
+        book.finish(running[int(wl.rng.integers(len(running)))], now)
+    for _ in range(5):
+        book.submit(wl.job(now))
 
 
 def main() -> None:
@@ -186,17 +177,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="cycles per measurement (>= 5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    snapshot, wl = build_snapshot(args.seed)
+    book, wl, fairshare = build_book(args.seed)
     prof = profile()
-    cold = timed(lambda: run_cycle(snapshot, prof))  # also the warm-up: kernels, caches
-    full = [timed(lambda: run_cycle(snapshot, prof)) for _ in range(max(5, args.repeat))]
-    plan = run_cycle(snapshot, prof)
+    now = NOW
+    snap = snapshot(book, now, fairshare)
+    cold = timed(lambda: run_cycle(snap, prof))  # also the warm-up: kernels, caches
+    full = [timed(lambda: run_cycle(snap, prof)) for _ in range(max(5, args.repeat))]
+    plan = run_cycle(snap, prof)
     first = plan
     inc = []
     for _ in range(max(5, args.repeat)):
-        snapshot = incremental(apply(snapshot, plan), wl)
+        book.apply(plan, now)
+        now += 10
+        incremental(book, wl, now)
+        snap = snapshot(book, now, fairshare)
         t0 = time.perf_counter()
-        plan = run_cycle(snapshot, prof)
+        plan = run_cycle(snap, prof)
         inc.append(time.perf_counter() - t0)
     result = {
         "full_cycle_median_s": round(statistics.median(full), 4),

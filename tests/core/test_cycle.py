@@ -188,7 +188,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for i in range(draw(st.integers(0, 2 * n))):
         gpus = draw(st.sampled_from([1, 2, 4]))
         where = f"n{draw(st.integers(0, n - 1))}"
-        st_ = sc._state()
+        st_ = sc.state
         if (st_.gpu_milli_free[st_.index[where]] >= 1000).sum() >= gpus:
             sc.run(
                 qjob(f"r{i}").gpus(gpus).qos("low").limit(draw(st.integers(200, 3000))),

@@ -1,6 +1,10 @@
 """A scenario harness for the scheduling cycle: cluster, jobs, profile and clock in;
 starts, preemptions, holds and pending reasons out.
 
+The scene lives in an ``engine.JobBook``, as in both drivers: ``cycle()``
+asks for the plan only; ``step()`` also lets the book carry it out and
+reports its effects, so a scenario can run several cycles.
+
     sc = Scenario(nodes=[node("a").gpus(8)], now=100)
     sc.run(qjob("big").gpus(8).limit(3600), end=1000, on="a")
     sc.submit(qjob("next").gpus(8))
@@ -23,6 +27,7 @@ from gpufleet.core.cycle import NodeMask, Plan, SchedulingProfile, Snapshot, run
 from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
 from gpufleet.core.placement import PlacementProfile, Placer
 from gpufleet.core.state import ClusterState
+from gpufleet.engine.book import Effects, JobBook
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.placement.fit import FirstFit
@@ -98,6 +103,7 @@ class Outcome:
     preempted: dict[str, str]
     holds: dict[str, int]
     reasons: dict[str, str]
+    effects: Effects | None = None
 
 
 @dataclass
@@ -110,45 +116,55 @@ class Scenario:
     backfill: Literal["none", "easy", "conservative"] = "easy"
     preemption: bool = False
     resolution_s: int = 1
-    running: list[RunningJob] = field(default_factory=list)
-    pending: list[Job] = field(default_factory=list)
-    state: ClusterState | None = None
+    book: JobBook | None = None
 
-    def _state(self) -> ClusterState:
-        if self.state is None:
-            self.state = cluster(*self.nodes)
-        return self.state
+    def _book(self) -> JobBook:
+        if self.book is None:
+            self.book = JobBook(
+                cluster(*self.nodes).nodes,
+                {q.name: q for q in self.qos},
+                {p.name: p for p in self.partitions},
+                reservations=self.reservations,
+            )
+        return self.book
+
+    @property
+    def state(self) -> ClusterState:
+        return self._book().state
+
+    @property
+    def pending(self) -> list[Job]:
+        return list(self._book().pending.values())
+
+    @property
+    def running(self) -> list[RunningJob]:
+        return list(self._book().running.values())
 
     def run(
         self, b: QueuedJobBuilder, *, start: int, on: str | tuple[str, ...], **state: object
     ) -> Self:
         """``b`` has run since ``start`` on the named node(s); it ends at start + its limit."""
-        st = self._state()
+        book = self._book()
+        st = book.state
         names = (on,) if isinstance(on, str) else on
         mask = np.zeros(st.num_nodes, dtype=np.bool_)
         mask[[st.index[n] for n in names]] = True
         job = b.job(state=JobState.RUNNING, start_time=start, **state)
-        placed = Placer(PlacementProfile("pin", [(FirstFit(), 1.0)], [NodeMask(mask)])).place(
-            st, job.request
-        )
+        pin = Placer(PlacementProfile("pin", [(FirstFit(), 1.0)], [NodeMask(mask)]))
+        placed = pin.place(st, job.request)
         assert placed is not None, f"{job.id} does not fit on {names}"
-        self.running.append(RunningJob(job, tuple(placed), start + job.time_limit_s))
+        for a in placed:  # the book allocates what it restores
+            st.release(a)
+        book.restore(RunningJob(job, tuple(placed), start + job.time_limit_s))
         return self
 
     def submit(self, *builders: QueuedJobBuilder) -> Self:
-        self.pending += [b.job() for b in builders]
+        for b in builders:
+            self._book().submit(b.job())
         return self
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(
-            state=self._state(),
-            running=self.running,
-            pending=self.pending,
-            qos={q.name: q for q in self.qos},
-            partitions={p.name: p for p in self.partitions},
-            now=self.now,
-            reservations=self.reservations,
-        )
+        return self._book().snapshot(self.now)
 
     def profile(self) -> SchedulingProfile:
         backfill = None
@@ -164,9 +180,19 @@ class Scenario:
         )
 
     def cycle(self) -> Outcome:
+        """The plan of one cycle now; the scene does not change."""
         snap = self.snapshot()
-        plan = run_cycle(snap, self.profile())
-        names = [n.name for n in snap.state.nodes]
+        return self._outcome(run_cycle(snap, self.profile()))
+
+    def step(self, at: int | None = None) -> Outcome:
+        """One cycle at ``at`` (default: now), carried out by the book."""
+        self.now = self.now if at is None else at
+        out = self.cycle()
+        out.effects = self._book().apply(out.plan, self.now)
+        return out
+
+    def _outcome(self, plan: Plan) -> Outcome:
+        names = [n.name for n in self._book().state.nodes]
         return Outcome(
             plan=plan,
             starts={j: sorted(names[a.node] for a in asg) for j, asg in plan.starts.items()},

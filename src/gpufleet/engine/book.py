@@ -12,6 +12,7 @@ API (``now`` is the driver's clock in integer seconds)::
 
     book = JobBook(nodes, qos, partitions, ledger=None, reservations=())
     book.submit(job)                       # queue a pending job
+    book.restore(running, run=N, signal=None)  # a run already under way (recovery)
     book.withdraw(job_id) -> Job           # take a pending job off the queue
     book.snapshot(now) -> Snapshot         # what run_cycle reads
     book.apply(plan, now) -> Effects       # carry out run_cycle's plan
@@ -167,6 +168,29 @@ class JobBook:
             raise ValueError(f"job {job.id}: already in the book")
         self.pending[job.id] = job
 
+    def restore(self, r: RunningJob, *, run: int = 1, signal: Signalled | None = None) -> None:
+        """Put back a run already under way: its allocation, and its signal if in grace time.
+
+        For a driver rebuilding its book (the controller from its store on
+        start, a test from a scene). ``r.job.start_time`` is when the run
+        started; OverAllocation (changing nothing) if its room is not free.
+        """
+        job_id = r.job.id
+        if job_id in self.pending or job_id in self.running:
+            raise ValueError(f"job {job_id}: already in the book")
+        if r.job.start_time is None:
+            raise ValueError(f"job {job_id}: a run needs its start time")
+        if not self._allocate(r.assignments):
+            raise OverAllocation(f"job {job_id}: its room is taken")
+        self.running[job_id] = r
+        self.runs[job_id] = run
+        if signal is not None:
+            self.signals[job_id] = signal
+        if self.ledger is not None:
+            self.ledger.start(r, r.job.start_time)
+        for a in r.assignments:
+            self.on_node[a.node].add(job_id)
+
     def withdraw(self, job_id: str) -> Job:
         """Take a pending job off the queue (cancelled or held away) and return it."""
         try:
@@ -216,16 +240,8 @@ class JobBook:
         job = self.pending.get(job_id)
         if job is None:
             raise UnknownJob(job_id)
-        done: list[Assignment] = []
-        try:
-            for a in assignments:
-                self.state.allocate(a)
-                done.append(a)
-        except OverAllocation:
-            # A victim in its grace time still holds what the plan gave this job.
-            for a in reversed(done):
-                self.state.release(a)
-            return None
+        if not self._allocate(assignments):
+            return None  # a victim in its grace time still holds what the plan gave this job
         del self.pending[job_id]
         run = self.runs.get(job_id, 0) + 1
         self.runs[job_id] = run
@@ -238,6 +254,19 @@ class JobBook:
         for a in placed:
             self.on_node[a.node].add(job_id)
         return Started(job_id, run, placed, tuple(self.placements(placed)), r.expected_end)
+
+    def _allocate(self, assignments: Sequence[Assignment]) -> bool:
+        """Allocate all of ``assignments``, or none (False) when one does not fit."""
+        done: list[Assignment] = []
+        try:
+            for a in assignments:
+                self.state.allocate(a)
+                done.append(a)
+        except OverAllocation:
+            for a in reversed(done):
+                self.state.release(a)
+            return False
+        return True
 
     # -- runs ending -----------------------------------------------------------
     def finish(self, job_id: str, now: int) -> RunEnd:
