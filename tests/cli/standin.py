@@ -219,4 +219,4 @@ class StandIn:
         ]
 
     def usage(self, *, principal: Principal, start: float, end: float, by: str) -> list[UsageRow]:
-        return [UsageRow(key=f"{by}:{start:g}", gpu_hours=12.5, jobs=3, runs=4)]
+        return [UsageRow(key=f"{by}:{start:.0f}", gpu_hours=12.5, jobs=3, runs=4)]
