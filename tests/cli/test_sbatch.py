@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 from gpufleet.api.schemas import JobSubmit
 from gpufleet.cli.sbatch import (
+    OPTIONS,
+    REFUSED,
     SbatchError,
     option_summary,
     parse_begin,
@@ -324,3 +327,10 @@ def test_the_parser_raises_only_its_own_error(body: list[str], argv: list[str]) 
         assert "\n" not in str(e)
     else:
         assert isinstance(job, JobSubmit)
+
+
+def test_the_docs_list_every_option_and_every_refusal() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    missing = [f"--{o.long}" for o in OPTIONS if f"`--{o.long}" not in docs]
+    missing += [f"--{name}" for name in REFUSED if f"`--{name}`" not in docs]
+    assert missing == []
