@@ -360,10 +360,15 @@ class FragmentationMeter:
 
     It reads ``state.version`` to find nodes touched since the last call, so a
     placement loop pays for one node per placement rather than for the cluster.
+    It serves one shape of the state: once ``state.epoch`` moves on (a node
+    added or removed, a MIG layout changed), its arrays, model numbering and
+    memo no longer match, and it raises rather than answer; build a new meter
+    (and workload: model numbering may have changed).
     """
 
     def __init__(self, state: ClusterState, workload: Workload) -> None:
         self.state = state
+        self.epoch = state.epoch
         self.workload = workload
         # A node's GPUs share one model in every inventory we load; the first
         # GPU's model stands for the node (-1 for a CPU-only node).
@@ -388,6 +393,8 @@ class FragmentationMeter:
     def per_node(self) -> FloatArray:
         """Expected fragment milli-GPU on every node (a read-only view)."""
         st = self.state
+        if st.epoch != self.epoch:
+            raise RuntimeError("the cluster changed shape since this meter was built")
         stale = np.flatnonzero(st.version != self._seen)
         if len(stale):
             _node_frag(

@@ -286,7 +286,10 @@ class Placer:
             free_inst = np.flatnonzero(
                 fitmod.mig_instances(state, r, empty=False) & (state.mig_node == node)
             )
-            mig = tuple(int(i) for i in free_inst[: r.mig_count])
+            # Lowest GPU, then lowest slot: instance indices follow the order
+            # layouts were set in (``ClusterState.set_mig_layout`` appends).
+            order = np.lexsort((state.mig_start[free_inst], state.mig_gpu[free_inst]))
+            mig = tuple(int(i) for i in free_inst[order][: r.mig_count])
         return Assignment(
             node=node,
             gpus=gpus,

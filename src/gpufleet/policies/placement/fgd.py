@@ -65,8 +65,10 @@ class FragmentationGradient:
         self._pressure: FloatArray = np.zeros(0)
 
     def meter(self, state: ClusterState) -> FragmentationMeter:
-        """The fragmentation meter of ``state`` (kept while the state is the same object)."""
-        if self._meter is None or self._meter.state is not state:
+        """The fragmentation meter of ``state`` (kept while the state is the same object
+        and keeps its shape)."""
+        m = self._meter
+        if m is None or m.state is not state or m.epoch != state.epoch:
             workload = Workload.from_requests(
                 self.workload,
                 state.models,
@@ -75,9 +77,9 @@ class FragmentationGradient:
                 capacity_weight=self.args.capacity_weight,
                 popularity=self.args.popularity,
             )
-            self._meter = FragmentationMeter(state, workload)
+            m = self._meter = FragmentationMeter(state, workload)
             self._pressure = np.append(model_pressure(workload, state), 1.0)  # [-1]: no GPU
-        return self._meter
+        return m
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         meter = self.meter(ctx.state)

@@ -106,10 +106,12 @@ class TopologyPicker:
 
 
 class _Layout:
-    """Per-state topology facts that never change: group ranks per GPU, switch per node."""
+    """Per-state topology facts that change only with the state's shape: group ranks
+    per GPU, switch per node."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.epoch = state.epoch
         self.domain = dense_rank(state.gpu_nvlink)
         self.numa = dense_rank(state.gpu_numa)
         names = sorted({n.switch for n in state.nodes})
@@ -179,8 +181,9 @@ class Topology:
     with more feasible nodes. Nodes with no ``switch`` share the group "".
 
     Per-state facts are worked out once and kept while the state is the same
-    object; GPU locality is one compiled pass over the option nodes, since
-    a dozen numpy passes per request cost more than the scoring itself.
+    object and keeps its shape (``ClusterState.epoch``); GPU locality is one
+    compiled pass over the option nodes, since a dozen numpy passes per
+    request cost more than the scoring itself.
     """
 
     NAME: ClassVar[str] = "topology"
@@ -189,9 +192,10 @@ class Topology:
         self._layout: _Layout | None = None
 
     def layout(self, state: ClusterState) -> _Layout:
-        if self._layout is None or self._layout.state is not state:
-            self._layout = _Layout(state)
-        return self._layout
+        lay = self._layout
+        if lay is None or lay.state is not state or lay.epoch != state.epoch:
+            lay = self._layout = _Layout(state)
+        return lay
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         lay = self.layout(ctx.state)
