@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_NODES = 4096
 MAX_GPUS_PER_NODE = 64
@@ -42,8 +42,27 @@ TERMINAL_STATES: frozenset[str] = frozenset(
 Role = Literal["admin", "operator", "user", "node"]
 
 
+def _nul_free(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, list | tuple):
+        return all(_nul_free(v) for v in value)
+    if isinstance(value, dict):
+        return all(_nul_free(k) and _nul_free(v) for k, v in value.items())
+    return True
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        # No database, path or argv can hold a NUL character: refuse it here,
+        # naming the field, rather than fail deep inside the store.
+        if not _nul_free(value):
+            raise ValueError("must not contain NUL characters")
+        return value
 
 
 class JobSubmit(_Request):
@@ -187,7 +206,7 @@ class ConfigPatch(_Request):
     """
 
     patch: dict[str, Any]
-    version: int | None = Field(None, ge=1)
+    version: int | None = Field(None, ge=0)
 
 
 class Health(BaseModel):

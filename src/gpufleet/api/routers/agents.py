@@ -8,30 +8,27 @@ applied. The service checks that a node token acts for its own node.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.agent_schemas import AgentRegister, AgentSync, RegisterReply, SyncReply
 from gpufleet.api.auth import Agent, ControllerDep
 from gpufleet.api.openapi import problems
+from gpufleet.api.params import NamePath
 
 router = APIRouter(prefix="/v1/agents/{node}", tags=["agents"])
-
-NodeName = Annotated[str, Path(min_length=1, max_length=128)]
 
 
 @router.post("/register", summary="Register a node's inventory", responses=problems(404))
 def register(
-    node: NodeName, body: AgentRegister, who: Agent, controller: ControllerDep
+    node: NamePath, body: AgentRegister, who: Agent, controller: ControllerDep
 ) -> RegisterReply:
     """Record the node's inventory and mark it up; a known node keeps its drain."""
     return controller.register_agent(principal=who, node=node, body=body)
 
 
 @router.post("/sync", summary="Report runs and fetch work", responses=problems(404))
-async def sync(node: NodeName, body: AgentSync, who: Agent, controller: ControllerDep) -> SyncReply:
+async def sync(node: NamePath, body: AgentSync, who: Agent, controller: ControllerDep) -> SyncReply:
     """Apply the agent's reports; answer what to start and kill, waiting up to
     ``wait_s`` seconds for work when there is none yet."""
     reply = await run_in_threadpool(controller.sync_agent, principal=who, node=node, body=body)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from gpufleet.api.auth import Admin, ControllerDep
 from gpufleet.api.openapi import problems
+from gpufleet.api.params import Cursor
 from gpufleet.api.schemas import ConfigPatch
 from gpufleet.controller.service import MAX_PAGE
 from gpufleet.controller.views import AuditPage, ConfigOut
@@ -33,7 +34,7 @@ def audit(
     who: Admin,
     controller: ControllerDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Cursor = None,
 ) -> AuditPage:
     """Who changed what, newest first."""
     return controller.list_audit(principal=who, limit=limit, cursor=cursor)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Path, Query, Response
 
 from gpufleet.api.auth import ControllerDep, User
 from gpufleet.api.openapi import problems
+from gpufleet.api.params import Cursor, NameQuery
 from gpufleet.api.schemas import JobOut, JobPage, JobStateName, JobSubmit, Reason, Submitted
 from gpufleet.controller.service import MAX_PAGE
 from gpufleet.controller.views import OutputChunk
@@ -26,7 +27,6 @@ JobId = Annotated[
         examples=["42", "42_3"],
     ),
 ]
-Name = Annotated[str | None, Query(min_length=1, max_length=128)]
 
 
 @router.post(
@@ -50,12 +50,12 @@ def submit(
 def list_jobs(
     who: User,
     controller: ControllerDep,
-    user: Name = None,
+    user: NameQuery = None,
     state: Annotated[list[JobStateName], Query(max_length=10)] = [],  # noqa: B006
-    partition: Name = None,
-    account: Name = None,
+    partition: NameQuery = None,
+    account: NameQuery = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    cursor: Cursor = None,
 ) -> JobPage:
     """Jobs matching every filter, newest first (a user sees its own jobs only).
     ``state`` may repeat; pass ``next_cursor`` back as ``cursor`` for the next page."""

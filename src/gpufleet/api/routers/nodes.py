@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path
+from fastapi import APIRouter, Body
 
 from gpufleet.api.auth import ControllerDep, Operator, User
 from gpufleet.api.openapi import problems
+from gpufleet.api.params import NamePath
 from gpufleet.api.schemas import Reason
 from gpufleet.controller.views import NodeOut
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
-
-NodeName = Annotated[str, Path(min_length=1, max_length=128)]
 
 
 @router.get("", summary="List nodes")
@@ -23,20 +22,20 @@ def list_nodes(who: User, controller: ControllerDep) -> list[NodeOut]:
 
 
 @router.get("/{name}", summary="Show a node", responses=problems(404))
-def get_node(name: NodeName, who: User, controller: ControllerDep) -> NodeOut:
+def get_node(name: NamePath, who: User, controller: ControllerDep) -> NodeOut:
     """One node."""
     return controller.get_node(principal=who, name=name)
 
 
 @router.post("/{name}/drain", summary="Drain a node", responses=problems(404, 409))
-def drain(name: NodeName, body: Reason, who: Operator, controller: ControllerDep) -> NodeOut:
+def drain(name: NamePath, body: Reason, who: Operator, controller: ControllerDep) -> NodeOut:
     """Start no more jobs on the node; the running ones finish."""
     return controller.drain_node(principal=who, name=name, reason=body.reason)
 
 
 @router.post("/{name}/resume", summary="Resume a node", responses=problems(404, 409))
 def resume(
-    name: NodeName,
+    name: NamePath,
     who: Operator,
     controller: ControllerDep,
     body: Annotated[Reason | None, Body()] = None,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
 
 from gpufleet.api.auth import Admin, ControllerDep
 from gpufleet.api.openapi import problems
+from gpufleet.api.params import NamePath
 from gpufleet.api.schemas import TokenCreate
 from gpufleet.controller.views import TokenCreated, TokenOut
 
@@ -36,7 +35,7 @@ def list_tokens(who: Admin, controller: ControllerDep) -> list[TokenOut]:
     responses=problems(404),
 )
 def revoke(
-    token_id: Annotated[str, Path(min_length=1, max_length=64)],
+    token_id: NamePath,
     who: Admin,
     controller: ControllerDep,
 ) -> None:
