@@ -25,6 +25,9 @@ server runs the blocking ones in its thread pool.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import logging
 import math
 import secrets
 import threading
@@ -99,17 +102,32 @@ DEFAULT_TIME_S = 3600
 PROFILE_REFRESH_S = 300.0
 """How often the placement profile is rebuilt for the recent submissions' workload."""
 USAGE_KEYS = ("user", "account", "partition", "qos")
+CONFIG_DIGEST = "config.file_digest"
+"""store_meta key: the SHA-256 of the configuration file's document last stored."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the token's user and role; ``node`` only for a node token."""
+    """Who is calling: the token's user and role; ``node`` only for a node token.
+
+    ``account`` is charged by the user's submissions that name none;
+    ``accounts`` are all the accounts it may name (() with an ``account``:
+    only that one; () without: any).
+    """
 
     user: str
     role: Role
     token_id: str = ""
     node: str | None = None
     account: str = ""
+    accounts: tuple[str, ...] = ()
+
+    @property
+    def allowed_accounts(self) -> tuple[str, ...]:
+        """Every account the user may charge, the default first; () for any."""
+        return tuple(dict.fromkeys(a for a in (self.account, *self.accounts) if a))
 
     @property
     def is_operator(self) -> bool:
@@ -159,9 +177,7 @@ class Controller:
         self._profile_at = -math.inf
         self._loop: SchedulerLoop | None = None
         self._started = False
-        self._principals = {p.name: p for p in setup.principals}
-        self._default_partition = setup.default_partition or next(iter(setup.partitions))
-        self._default_qos = setup.default_qos or next(iter(setup.qos))
+        self._derive()
         self.book = JobBook((), setup.qos, setup.partitions, reservations=setup.reservations)
         self.cycles = 0
 
@@ -179,6 +195,7 @@ class Controller:
                 return
             self.store.migrate()
             self.writer = GroupWriter(self.store)
+            self._adopt_config()
             self._load()
             self._started = True
             if loop:
@@ -223,7 +240,8 @@ class Controller:
                 role=row.role,
                 token_id=row.id,
                 node=row.node,
-                account=spec.account if spec else "",
+                account=spec.allowed[0] if spec and spec.allowed else "",
+                accounts=spec.allowed if spec else (),
             )
         self._tokens[digest] = found
         return found
@@ -308,6 +326,12 @@ class Controller:
         if qos not in self.setup.qos:
             raise Invalid("body.qos", f"no QoS {qos!r}")
         account = spec.account or principal.account or self.setup.default_account
+        allowed = principal.allowed_accounts
+        if spec.account and allowed and account not in allowed and not principal.is_operator:
+            raise Forbidden(
+                f"body.account: {principal.user} may not charge account {account!r}"
+                f" (its accounts: {', '.join(allowed)})"
+            )
         tree = self.setup.accounts
         if tree is not None and len(tree) > 1 and not _has_account(tree, account):
             raise Invalid("body.account", f"no account {account!r}")
@@ -831,37 +855,81 @@ class Controller:
         persisted and takes effect at the next cycle.
         """
         _require(principal, "admin")
-        current = self.get_config(principal=principal)
-        if version is not None and version != current.version:
-            raise Conflict(f"config is at version {current.version}, not {version}")
-        document = merge_patch(current.config, patch)
-        if self.setup.validate_config is not None:
-            self.setup.validate_config(document)
+        with self._lock:
+            self._running_check()
+            current = self.get_config(principal=principal)
+            if version is not None and version != current.version:
+                raise Conflict(f"config is at version {current.version}, not {version}")
+            document = merge_patch(current.config, patch)
+            setup = None
+            if self.setup.reconfigure is not None:
+                setup = self.setup.reconfigure(document)
+            elif self.setup.validate_config is not None:
+                self.setup.validate_config(document)
+            out = self._store_config(
+                document, current.version, who=principal.user, action="config.patch", detail=patch
+            )
+            if setup is not None:
+                self.setup = _keep_server(setup, self.setup)
+                self._load()
+        self._wake()
+        return out
+
+    def _store_config(
+        self,
+        document: Mapping[str, Any],
+        current: int,
+        *,
+        who: str,
+        action: str,
+        detail: Mapping[str, Any],
+    ) -> ConfigOut:
+        """Store ``document`` as the version after ``current`` (Conflict if another came first)."""
         now = self.clock.now()
-        new_version = current.version + 1
+        new_version = current + 1
+        digest = _digest(document) if action == "config.file" else None
 
         def unit(conn: sa.Connection) -> None:
             latest = conn.execute(sa.select(sa.func.max(t.config.c.version))).scalar()
-            if (latest or 0) != current.version:
+            if (latest or 0) != current:
                 raise Conflict("the configuration changed meanwhile; retry")
             conn.execute(
-                t.config.insert().values(
-                    version=new_version, time=now, who=principal.user, document=document
-                )
+                t.config.insert().values(version=new_version, time=now, who=who, document=document)
             )
             persist.audit(
-                conn,
-                time=now,
-                who=principal.user,
-                action="config.patch",
-                target=f"v{new_version}",
-                detail=dict(patch),
+                conn, time=now, who=who, action=action, target=f"v{new_version}", detail=detail
             )
+            if digest is not None:
+                persist.meta_set(conn, CONFIG_DIGEST, digest)
 
         self._writer().call(unit)
-        return ConfigOut(
-            version=new_version, config=document, updated=now, updated_by=principal.user
-        )
+        return ConfigOut(version=new_version, config=dict(document), updated=now, updated_by=who)
+
+    def _adopt_config(self) -> None:
+        """Settle which configuration runs: the file's if it changed since it was last
+        stored, else the newest stored version (the file plus the patches since).
+
+        So the newest change wins, whether an edit of the file or a PATCH.
+        """
+        document = self.setup.document
+        if document is None:
+            return
+        with self.store.read() as conn:
+            row = conn.execute(
+                sa.select(t.config).order_by(t.config.c.version.desc()).limit(1)
+            ).first()
+            seen = persist.meta_get(conn, CONFIG_DIGEST)
+        if row is None or seen != _digest(document):
+            version = row.version if row is not None else 0
+            self._store_config(
+                document, version, who="config-file", action="config.file", detail={}
+            )
+        elif row.document != document and self.setup.reconfigure is not None:
+            try:
+                self.setup = _keep_server(self.setup.reconfigure(row.document), self.setup, True)
+            except Invalid as e:
+                log.error("stored configuration v%d no longer loads (%s); using the file",
+                          row.version, e.message)
 
     def list_audit(
         self, *, principal: Principal, limit: int = DEFAULT_PAGE, cursor: str | None = None
@@ -902,9 +970,18 @@ class Controller:
         if self._loop is not None:
             self._loop.wake()
 
+    def _derive(self) -> None:
+        """What follows from the setup alone (again after a configuration patch)."""
+        setup = self.setup
+        self._principals = {p.name: p for p in setup.principals}
+        self._default_partition = setup.default_partition or next(iter(setup.partitions))
+        self._default_qos = setup.default_qos or next(iter(setup.qos))
+
     def _load(self) -> None:
-        """Rebuild the in-memory state from the store (start, or after a failed cycle)."""
+        """Rebuild the in-memory state from the store and the setup (start, a failed
+        cycle, a configuration patch)."""
         now = self.clock.now()
+        self._derive()
         self._jobs.clear()
         self._by_num.clear()
         self._on_node.clear()
@@ -1829,6 +1906,29 @@ def issue_token(
     return TokenCreated(
         id=token_id, name=name, user=user, role=role, node=node, created=now, token=secret
     )
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _keep_server(
+    new: ControllerSetup, old: ControllerSetup, timings: bool = False
+) -> ControllerSetup:
+    """``new`` with what no configuration document holds kept from ``old``, and the
+    server's timings too unless ``timings`` (they change only at a restart)."""
+    kept = {
+        "workload_window": old.workload_window,
+        "output_read_limit": old.output_read_limit,
+        "backstop_s": old.backstop_s,
+        "validate_config": old.validate_config,
+        "reconfigure": old.reconfigure,
+        "document": old.document,
+    }
+    if not timings:
+        for name in ("interval_s", "heartbeat_interval_s", "heartbeat_timeout_s", "kill_grace_s"):
+            kept[name] = getattr(old, name)
+    return replace(new, **kept)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

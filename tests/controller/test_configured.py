@@ -1,0 +1,155 @@
+"""A controller built from one configuration file: principals, their accounts, config patches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.harness import ADMIN, inventory, spec
+from gpufleet.api.agent_schemas import AgentRegister
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.config import load_config
+from gpufleet.controller.errors import Conflict, Forbidden, Invalid
+from gpufleet.controller.service import Controller, Principal
+from gpufleet.controller.setup import setup_from_config
+from store.databases import Database
+
+CONFIG = """
+[server]
+interval_s = 60
+heartbeat_interval_s = 10
+missed_heartbeats = 3
+kill_grace_s = 5
+
+[policy.ordering]
+plugin = "multifactor"
+
+[[policy.qos]]
+name = "normal"
+
+[[policy.partitions]]
+name = "gpu"
+
+[[policy.accounts]]
+name = "vision"
+
+[[policy.accounts]]
+name = "nlp"
+
+[[policy.accounts]]
+name = "ops"
+
+[[nodes]]
+names = "n1"
+cpu_milli = 32000
+memory_mib = 262144
+gpus = { model = "A100-80GB", count = 4 }
+
+[[principals]]
+name = "ana"
+accounts = ["vision", "nlp"]
+
+[[principals]]
+name = "bob"
+accounts = ["nlp"]
+
+[[principals]]
+name = "root"
+role = "admin"
+"""
+
+
+def configured(db: Database, tmp_path: Path, clock: ManualClock) -> Controller:
+    path = tmp_path / "controller.toml"
+    path.write_text(CONFIG)
+    config = load_config(path)
+    setup = setup_from_config(config.build(str(path)), config.to_dict())
+    ctl = Controller(setup=setup, db_url=db.url, clock=clock, schema=db.schema)
+    ctl.start(loop=False)
+    return ctl
+
+
+@pytest.fixture
+def ctl(db: Database, tmp_path: Path) -> Iterator[Controller]:
+    c = configured(db, tmp_path, ManualClock())
+    yield c
+    c.stop()
+
+
+def login(ctl: Controller, user: str) -> Principal:
+    made = ctl.create_token(principal=ADMIN, name=user, user=user, role="user")
+    who = ctl.authenticate(token=made.token)
+    assert who is not None
+    return who
+
+
+def test_the_file_sets_the_server_timings_and_the_declared_nodes(ctl: Controller) -> None:
+    assert ctl.setup.heartbeat_timeout_s == 30  # 3 missed x 10 s
+    assert ctl.setup.kill_grace_s == 5
+    assert [n.name for n in ctl.list_nodes(principal=ADMIN)] == ["n1"]
+
+
+def test_the_first_account_is_the_default_and_the_others_may_be_named(ctl: Controller) -> None:
+    ana = login(ctl, "ana")
+    assert ana.allowed_accounts == ("vision", "nlp")
+    default = ctl.submit(principal=ana, spec=spec()).job_id
+    other = ctl.submit(principal=ana, spec=spec(account="nlp")).job_id
+    assert ctl.get_job(principal=ana, job_id=default).account == "vision"
+    assert ctl.get_job(principal=ana, job_id=other).account == "nlp"
+
+
+def test_an_account_not_the_users_is_refused_naming_the_field(ctl: Controller) -> None:
+    bob = login(ctl, "bob")
+    with pytest.raises(Forbidden) as e:
+        ctl.submit(principal=bob, spec=spec(account="vision"))
+    assert e.value.message.startswith("body.account: ")
+    assert ctl.list_jobs(principal=bob).jobs == []
+
+
+def test_a_patch_is_validated_applied_at_the_next_cycle_and_audited(ctl: Controller) -> None:
+    ana = login(ctl, "ana")
+    body = AgentRegister(inventory=inventory("n1"))
+    ctl.register_agent(principal=ADMIN, node="n1", body=body)
+    with pytest.raises(Invalid) as e:
+        ctl.patch_config(principal=ADMIN, patch={"policy": {"qos": [{"name": "x", "bad": 1}]}})
+    assert e.value.field.startswith("body.patch.policy.qos")
+    with pytest.raises(Invalid):
+        ctl.submit(principal=ana, spec=spec(partition="big"))
+    start = ctl.get_config(principal=ADMIN).version
+    partitions = [{"name": "gpu"}, {"name": "big", "priority_tier": 1}]
+    out = ctl.patch_config(
+        principal=ADMIN, patch={"policy": {"partitions": partitions}}, version=start
+    )
+    assert out.version == start + 1
+    with pytest.raises(Conflict):
+        ctl.patch_config(principal=ADMIN, patch={}, version=start)
+    job = ctl.submit(principal=ana, spec=spec(partition="big")).job_id
+    ctl.run_cycle_now()
+    assert ctl.get_job(principal=ana, job_id=job).state == "RUNNING"
+    assert "big" in [p.name for p in ctl.list_partitions(principal=ADMIN)]
+    assert ctl.list_audit(principal=ADMIN).entries[0].action == "config.patch"
+
+
+def test_a_patch_survives_a_restart_and_a_changed_file_wins(
+    db: Database, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    ctl = configured(db, tmp_path, clock)
+    patch = {"policy": {"partitions": [{"name": "gpu"}, {"name": "big"}]}}
+    ctl.patch_config(principal=ADMIN, patch=patch)
+    ctl.stop()
+    ctl = configured(db, tmp_path, clock)
+    assert "big" in [p.name for p in ctl.list_partitions(principal=ADMIN)]
+    ctl.stop()
+    global CONFIG
+    saved = CONFIG
+    CONFIG = CONFIG.replace('name = "gpu"', 'name = "gpu2"')
+    try:
+        ctl = configured(db, tmp_path, clock)
+        assert [p.name for p in ctl.list_partitions(principal=ADMIN)] == ["gpu2"]
+        assert ctl.get_config(principal=ADMIN).updated_by == "config-file"
+        ctl.stop()
+    finally:
+        CONFIG = saved
