@@ -317,11 +317,12 @@ def test_the_documented_commands_print_what_the_page_shows(
 
 def test_the_page_names_every_key() -> None:
     text = DOCS.read_text()
-    tables = [ControllerConfig, ServerConfig, PrincipalConfig, PolicyConfig]
-    policy = [PolicyConfig.model_fields[name].annotation for name in PolicyConfig.model_fields]
-    models = [*tables, *(m for m in map(_model_of, policy) if m is not None)]
-    missing = [f"{m.__name__}.{key}" for m in models for key in m.model_fields]
-    assert [key for key in missing if f"`{key.split('.')[1]}`" not in text] == []
+    assert [k for k in ControllerConfig.model_fields if f"[{k}]" not in text] == []
+    assert [k for k in PolicyConfig.model_fields if f"policy.{k}" not in text] == []
+    tables = [PolicyConfig.model_fields[k].annotation for k in PolicyConfig.model_fields]
+    models = [ServerConfig, PrincipalConfig, *filter(None, map(_model_of, tables))]
+    keys = [f"{m.__name__}.{key}" for m in models for key in m.model_fields]
+    assert [key for key in keys if f"`{key.split('.')[1]}`" not in text] == []
 
 
 # Any document, however wrong, is either a configuration or a ConfigError. Documents
