@@ -43,6 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from copy import copy
 from dataclasses import dataclass, field, replace
+from functools import partial
 from operator import attrgetter
 from typing import Any, ClassVar, Literal, Protocol, cast, runtime_checkable
 
@@ -50,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.core.columns import Rows
+from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.job import (
     Job,
     Partition,
@@ -76,6 +78,7 @@ NODE_NOT_AVAIL = "ReqNodeNotAvail"
 INVALID_QOS = "InvalidQOS"
 INVALID_PARTITION = "InvalidPartition"
 RESERVATION = "Reservation"
+BEGIN_TIME = "BeginTime"
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,11 @@ class Tally:
             memo = keys, index, held
             self._memo[kind] = memo
         return memo[2]
+
+
+Constraints = tuple[tuple[str, ...], tuple[str, ...], str, bool]
+"""``Job.constraints``: nodelist, exclude, constraint, exclusive."""
+_NO_LIMITS: tuple[tuple[str, ...], tuple[str, ...], str] = ((), (), "")
 
 
 def _has_deps(job: Job) -> bool:
@@ -521,9 +529,17 @@ class _Cycle:
         resolution = profile.backfill.resolution if profile.backfill else 1
         self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
         self.holds = Blocks.none(self.state.num_nodes)
-        self.shapes: dict[tuple[Request, str, str], _Shape] = {}
+        self.shapes: dict[tuple[Request, str, str, Constraints], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
-        self.plain_access: dict[str, Access] = {}  # shares self.holds, so stays current
+        self.constraint_masks: dict[Constraints, BoolArray] = {}
+        # Keyed by partition and constraints; shares self.holds, so stays current.
+        self.plain_access: dict[tuple[str, Constraints], Access] = {}
+        self.signalled_for: defaultdict[str, list[RunningJob]] = defaultdict(list)
+        for r in snapshot.running:
+            if r.job.id in snapshot.signalled:
+                self.signalled_for[snapshot.signalled[r.job.id]].append(r)
+            if r.job.exclusive:  # nobody else on its nodes while it runs
+                self._block_nodes(r.assignments, max(r.expected_end, now + 1))
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
@@ -556,7 +572,8 @@ class _Cycle:
         return plan
 
     def _static_reasons(self, queue: QueueView) -> ObjectArray:
-        """Held, unknown QoS or partition, or waiting on a job still queued or running."""
+        """Held, unknown QoS or partition, not yet at its begin time, or waiting on a job
+        still queued or running."""
         s = self.s
         reasons = np.full(len(queue), "", dtype=object)
         jobs = self.p.cache.pending.objects
@@ -568,6 +585,7 @@ class _Cycle:
             for i in deps:
                 if any(d in in_queue for d in jobs[queue.rows[i]].dependencies):
                     reasons[i] = DEPENDENCY
+        reasons[queue.column("begin_time") > self.now] = BEGIN_TIME
         reasons[~_known(queue, "partition", s.partitions)] = INVALID_PARTITION
         reasons[~_known(queue, "qos", s.qos)] = INVALID_QOS
         reasons[queue.column("held", np.bool_)] = HELD
@@ -621,7 +639,7 @@ class _Cycle:
             return ~open_, reasons
         blocked = _member(queue, "partition", self.strict_blocked)
         waiting = _member(queue, "partition", self.waiting)
-        codes, keys = queue.codes("request", "partition", "reservation")
+        codes, keys = queue.codes("request", "partition", "reservation", "constraints")
         known = [self.shapes.get(k) for k in keys]
         shapes = [sh if sh is not None else _Shape() for sh in known]
         never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
@@ -656,7 +674,7 @@ class _Cycle:
         if self.now < access.not_before:
             plan.reasons[job.id] = RESERVATION
             return
-        key = (job.request, job.partition, job.reservation)
+        key = (job.request, job.partition, job.reservation, job.constraints)
         shape = self.shapes.get(key)
         if shape is None:
             shape = self.shapes[key] = _Shape()
@@ -672,7 +690,7 @@ class _Cycle:
         ):
             self.tested += 1
             self.events += 1
-            if self._start(job, access):
+            if self._start_in_victims_room(job, access) or self._start(job, access):
                 return
             if self._preempt(job, access):
                 for other in self.shapes.values():  # victims freed room: retry every shape
@@ -686,10 +704,16 @@ class _Cycle:
         if nodes is None:
             nodes = partition_nodes(self.state, self.s.partitions[job.partition])
             self.partition_masks[job.partition] = nodes
+        limits = job.constraints
+        if limits[:3] != _NO_LIMITS:
+            mask = self.constraint_masks.get(limits)
+            if mask is None:
+                mask = self.constraint_masks[limits] = node_mask(self.state, *limits[:3])
+            nodes = nodes & mask
         if self.p.gate is None:
-            access = self.plain_access.get(job.partition)
+            access = self.plain_access.get((job.partition, limits))
             if access is None:
-                access = self.plain_access[job.partition] = Access(nodes, self.holds)
+                access = self.plain_access[job.partition, limits] = Access(nodes, self.holds)
         else:
             self.events += 1  # a gate's answer is per job
             access = self.p.gate.access(self.s, job, nodes, self.now)
@@ -708,7 +732,10 @@ class _Cycle:
         return access.nodes & access.blocks.usable(self.now, job.time_limit_s)
 
     def _start(self, job: Job, access: Access) -> bool:
-        placed = self._placer(self._usable_now(job, access)).place(self.state, job.request)
+        usable = self._usable_now(job, access)
+        if job.exclusive:
+            usable = usable & idle_nodes(self.state)
+        placed = self._placer(usable).place(self.state, job.request)
         if placed is None:
             return False
         for a in placed:
@@ -716,19 +743,56 @@ class _Cycle:
         self._record_start(job, placed)
         return True
 
+    def _start_in_victims_room(self, job: Job, access: Access) -> bool:
+        """Place ``job`` where the victims already signalled for it will let go.
+
+        Their room is the job's: no other job may use it, and the job takes
+        it rather than new victims. The driver starts the job once they are gone.
+        """
+        victims = self.signalled_for.get(job.id)
+        if not victims:
+            return False
+        mark = self.journal.mark()
+        for v in victims:
+            for a in v.assignments:
+                self.journal.release(a)
+        usable = self._usable_now(job, access)
+        if job.exclusive:
+            usable = usable & idle_nodes(self.state)
+        placed = self._placer(usable).place(self.state, job.request)
+        if placed is None:
+            self.journal.rollback(mark)
+            return False
+        for a in placed:
+            self.journal.log.append((1, a))
+        for v in victims:
+            self.tally.add(v.job, -1)
+            self.timeline.remove(v.job.id)
+        self._record_start(job, placed)
+        return True
+
     def _record_start(self, job: Job, placed: list[Assignment]) -> None:
         self.plan.starts[job.id] = placed
         self.tally.add(job)
-        self.timeline.add(job.id, placed, self.now + job.time_limit_s)
+        end = self.now + job.time_limit_s
+        self.timeline.add(job.id, placed, end)
+        if job.exclusive:
+            self._block_nodes(placed, end)
+
+    def _block_nodes(self, placed: Sequence[Assignment], end: int) -> None:
+        """Keep every other job off these nodes from now until ``end`` (an exclusive job's)."""
+        self.holds.add(np.array([a.node for a in placed], dtype=np.int64), self.now, end)
 
     # -- preemption ----------------------------------------------------------
     def _preempt(self, job: Job, access: Access) -> bool:
         if self.p.preemption is None:
             return False
-        taken = {p.job_id for p in self.plan.preemptions}
+        # Victims already signalled keep their room for the job they were picked for.
+        taken = {p.job_id for p in self.plan.preemptions} | self.s.signalled.keys()
         running = [r for r in self.s.running if r.job.id not in taken]
+        trial = partial(self._trial, whole=job.exclusive)
         req = PreemptionRequest(
-            job, self.s, self.now, self._usable_now(job, access), running, self.state, self._trial
+            job, self.s, self.now, self._usable_now(job, access), running, self.state, trial
         )
         victims = list(self.p.preemption.victims(req))
         if not victims:
@@ -737,7 +801,8 @@ class _Cycle:
         for v in victims:
             for a in v.assignments:
                 self.journal.release(a)
-        placed = self._placer(req.nodes).place(self.state, job.request)
+        nodes = req.nodes & idle_nodes(self.state) if job.exclusive else req.nodes
+        placed = self._placer(nodes).place(self.state, job.request)
         if placed is None:
             self.journal.rollback(mark)
             return False
@@ -753,12 +818,17 @@ class _Cycle:
         self._record_start(job, placed)
         return True
 
-    def _trial(self, victims: Sequence[RunningJob], nodes: BoolArray, r: Request) -> BoolArray:
+    def _trial(
+        self, victims: Sequence[RunningJob], nodes: BoolArray, r: Request, *, whole: bool
+    ) -> BoolArray:
+        """``Trial`` for the preemptor; ``whole``: the job is exclusive, so nodes must empty."""
         mark = self.journal.mark()
         try:
             for v in victims:
                 for a in v.assignments:
                     self.journal.release(a)
+            if whole:
+                nodes = nodes & idle_nodes(self.state)
             return self._placer(nodes).context(self.state, r, Mode.NOW).feasible.copy()
         finally:
             self.journal.rollback(mark)
@@ -784,6 +854,7 @@ class _Cycle:
             job.time_limit_s,
             access.blocks,
             horizon=backfill.horizon(self.now),
+            whole_nodes=job.exclusive,
         )
         if hold is None:
             # Longer jobs of the shape, around only more holds, would find none either.

@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Literal
 
+from gpufleet.core.constraints import parse_constraint
 from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.core.state import Assignment
 
@@ -45,6 +46,13 @@ class Job:
     is None for a job that does not checkpoint; ``last_checkpoint`` is the
     time of the latest checkpoint while it runs. ``dependencies`` are ids of
     jobs that must have left the queue and finished first (Slurm's afterany).
+
+    Node constraints (``core.constraints``; sbatch's options): ``nodelist``
+    names the nodes the job may run on, ``exclude`` nodes it may not,
+    ``constraint`` selects nodes by feature (labels, with ``&`` and ``|``).
+    An ``exclusive`` job takes whole nodes: it goes only where nothing runs,
+    and nothing else goes where it runs. ``begin_time`` is the earliest
+    start (``--begin``; 0: none); before it the job waits with "BeginTime".
     """
 
     id: str
@@ -65,6 +73,11 @@ class Job:
     held: bool = False
     dependencies: tuple[str, ...] = ()
     runtime_estimate_s: int | None = None
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    constraint: str = ""
+    exclusive: bool = False
+    begin_time: int = 0
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -79,6 +92,14 @@ class Job:
             raise InvalidSpec("job.checkpoint_interval_s", "must be more than zero when given")
         if self.state is JobState.RUNNING and self.start_time is None:
             raise InvalidSpec("job.start_time", "a running job needs its start time")
+        _non_negative("job.begin_time", self.begin_time)
+        if self.constraint:
+            parse_constraint(self.constraint)  # InvalidSpec names the field
+
+    @property
+    def constraints(self) -> tuple[tuple[str, ...], tuple[str, ...], str, bool]:
+        """Everything that narrows where the job may go beyond its request (a cache key)."""
+        return self.nodelist, self.exclude, self.constraint, self.exclusive
 
     @property
     def gpu_milli(self) -> int:

@@ -173,13 +173,18 @@ class Timeline:
         blocks: Blocks,
         not_before: int = 0,
         horizon: int = NEVER,
+        whole_nodes: bool = False,
     ) -> Hold | None:
         """The earliest start of ``r`` on ``nodes`` for ``length`` seconds, around ``blocks``.
 
         None if it cannot start by ``horizon``. The hold names the ``r.nodes``
-        nodes that free up first (ties to the lowest index).
+        nodes that free up first (ties to the lowest index). With
+        ``whole_nodes`` (an exclusive job) a node counts only once every
+        holder on it has let go.
         """
         t = np.maximum(self.node_times(r), max(self.now, not_before))
+        if whole_nodes:
+            t = np.maximum(t, self._events().node_idle)
         t = np.where(nodes & (t < NEVER), blocks.shift(t, length), NEVER)
         k = r.nodes
         if int((t < NEVER).sum()) < k:
@@ -330,6 +335,7 @@ class _Events:
     milli: _Releases
     gmem: _Releases
     mig_end: IntArray
+    node_idle: IntArray  # per node, when its last holder lets go (now if none)
 
     @classmethod
     def build(cls, st: ClusterState, f: _Flat, now: int, step: int) -> _Events:
@@ -348,10 +354,13 @@ class _Events:
         n = st.num_nodes
         cpu, mem = _Releases.build(f.node, end, (f.cpu, f.mem), n)
         milli, gmem = _Releases.build(slot, g_end, (f.g_milli, f.g_mem), n * width)
+        node_idle = np.full(n, now, dtype=np.int64)
+        np.maximum.at(node_idle, f.node, end)
         return cls(
             cpu=cpu,
             mem=mem,
             milli=milli,
             gmem=gmem,
             mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
+            node_idle=node_idle,
         )
