@@ -20,6 +20,7 @@ from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pres
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode
 from gpufleet.core.state import Assignment, ClusterState
+from gpufleet.core.workload import TYPICAL
 from gpufleet.policies.placement.fgd import FragmentationArgs, FragmentationGradient
 from gpufleet.policies.placement.fit import BestFit
 
@@ -127,9 +128,12 @@ def test_workload_needs_a_non_mig_request() -> None:
         Workload.from_requests([job().mig("1g.10gb").build()], ["A100-80GB"])
 
 
-def test_fgd_needs_a_workload() -> None:
-    with pytest.raises(ValueError, match="needs a workload"):
-        FragmentationGradient([])
+def test_fgd_without_a_workload_measures_against_typical_requests() -> None:
+    # Nothing submitted yet, or MIG requests only (which fragmentation leaves out).
+    assert FragmentationGradient([]).workload == TYPICAL
+    assert FragmentationGradient([job().mig("1g.10gb").build()]).workload == TYPICAL
+    mixed = (job().mig("1g.10gb").build(), ONE_AND_HALF[0])
+    assert FragmentationGradient(mixed).workload == mixed
 
 
 def test_fgd_args_are_validated() -> None:

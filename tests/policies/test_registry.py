@@ -6,6 +6,7 @@ import pytest
 
 from builders import cluster, job, node
 from gpufleet.core.placement import Placer
+from gpufleet.core.state import Assignment
 from gpufleet.policies.registry import PLACEMENT, UnknownPolicy, placement_profile
 
 WORKLOAD = [job().gpus(1).build(), job().fraction(500).build()]
@@ -72,10 +73,25 @@ def test_the_seed_reaches_the_random_policy() -> None:
     assert picks(1) != picks(2)
 
 
-def test_fgd_profiles_need_a_workload() -> None:
-    for name in ("fgd", "default"):
-        with pytest.raises(ValueError, match="needs a workload"):
-            placement_profile(name)
+@pytest.mark.parametrize("name", ["fgd", "default"])
+def test_fgd_profiles_place_without_a_workload(name: str) -> None:
+    # No workload: both measure against core.workload.TYPICAL, six types each 1/6:
+    # whole 1, 2, 4, 8 GPUs (W1..W8) and shares of 250 and 500 (S250, S500).
+    # a: [500, 1000] W1: 500 (below 1000), W2/W4/W8: 1500 each, S: 0 -> 5000 / 6
+    # b: [1000, 1000] W4/W8: 2000 each, others 0                      -> 4000 / 6
+    # 500 milli on (a,0) -> [0, 1000]:   W2/W4/W8 1000 each -> 3000 / 6, gain +333
+    #              (a,1) -> [500, 500]:  W1..W8 1000 each   -> 4000 / 6, gain +167
+    #              (b,0) -> [500, 1000]: as a was           -> 5000 / 6, gain -167
+    # default's share tier costs nothing anywhere here (p250 = 1/4, p500 = 1/2:
+    # 500 leaves 0 or 500 free, each the end of an optimal pattern).
+    state = cluster(node("a").gpus(2).share(0, 500), node("b").gpus(2))
+    p = Placer(placement_profile(name))
+    assert p.place(state, job().fraction(500).build()) == [
+        Assignment(node=0, gpus=(0,), gpu_milli=500)
+    ]
+    # One whole GPU on a: [0, 1000] -> [0, 0] clears 3000 / 6, gain +500;
+    # on b: [1000, 1000] -> [0, 1000]: W4, W8 -1000 each, W2 +1000, gain +167.
+    assert p.place(state, job().gpus(1).build()) == [Assignment(node=0, gpus=(1,), gpu_milli=1000)]
 
 
 def test_unknown_policy_names_the_known_ones() -> None:

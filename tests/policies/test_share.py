@@ -65,3 +65,13 @@ def test_a_470_pairs_with_the_470() -> None:
 def test_whole_gpu_and_cpu_requests_cost_nothing(request_: JobBuilder) -> None:
     ctx = placer().context(state_with_two_open_gpus(), request_.build(), Mode.NOW)
     assert SharePacking(WORKLOAD).cost(ctx).tolist() == [0.0] * len(ctx.options)
+
+
+def test_without_a_workload_typical_shares_are_priced() -> None:
+    # core.workload.TYPICAL's shares, 250 and 500, once each: four 250s or two
+    # 500s or two 250s and a 500 fill a GPU, so p250 = 1/4 and p500 = 1/2.
+    prices = SharePacking([]).prices
+    assert prices.sizes.tolist() == [250, 500]
+    assert prices.prices.tolist() == pytest.approx([0.25, 0.5], abs=1e-9)
+    # A workload of whole GPUs only is a real one: it has no shares to price.
+    assert len(SharePacking([job().gpus(1).build()]).prices.sizes) == 0

@@ -73,7 +73,9 @@ class UnknownPolicy(ValueError):
 def placement_profile(
     name: str, *, workload: Sequence[Request] = (), seed: int = 0
 ) -> PlacementProfile:
-    """Build the named profile; ``workload`` (typical requests) feeds the fgd scorer."""
+    """Build the named profile; ``workload`` (typical requests) feeds the fgd scorer
+    and the share-packing tier, which fall back to ``core.workload.TYPICAL`` while it
+    is empty (a live cluster before its first submission)."""
     try:
         builder = PLACEMENT[name]
     except KeyError:

@@ -25,6 +25,7 @@ from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pres
 from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
+from gpufleet.core.workload import or_typical
 
 
 class FragmentationArgs(BaseModel):
@@ -57,9 +58,9 @@ class FragmentationGradient:
     NAME: ClassVar[str] = "fgd"
 
     def __init__(self, workload: Sequence[Request], args: FragmentationArgs | None = None) -> None:
-        if not workload:
-            raise ValueError("fgd needs a workload (a list of typical requests) to measure against")
-        self.workload = tuple(workload)
+        """Measure against ``workload``: typical requests, ``core.workload.TYPICAL`` if
+        it has none that fragmentation models (an empty one, or MIG requests only)."""
+        self.workload = or_typical(workload)
         self.args = args or FragmentationArgs()
         self._meter: FragmentationMeter | None = None
         self._pressure: FloatArray = np.zeros(0)

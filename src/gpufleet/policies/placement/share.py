@@ -20,13 +20,16 @@ import numpy as np
 from gpufleet.core.model import Request
 from gpufleet.core.packing import SharePrices, share_prices
 from gpufleet.core.placement import FloatArray, PlacementContext
+from gpufleet.core.workload import or_typical
 
 
 class SharePacking:
     NAME: ClassVar[str] = "share-packing"
 
     def __init__(self, workload: Sequence[Request]) -> None:
-        shares = Counter(r.gpu_milli for r in workload if r.gpu_milli and not r.mig_profile)
+        """Price shares by ``workload``'s, or by ``core.workload.TYPICAL``'s where the
+        fragmentation scorers would fall back to it too."""
+        shares = Counter(r.gpu_milli for r in or_typical(workload) if r.gpu_milli)
         self.prices: SharePrices = share_prices(shares)
 
     def cost(self, ctx: PlacementContext) -> FloatArray:
