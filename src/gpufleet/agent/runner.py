@@ -165,8 +165,10 @@ class Runner:
     def kill(self, job_id: str, run: int, sig: str, grace_s: int, reason: str = "") -> bool:
         """Ask a run's supervisor to send ``sig`` to the job, then SIGKILL after ``grace_s``.
 
-        False (nothing done) for a run not running here; repeating a request
-        is harmless and never postpones an earlier SIGKILL.
+        Return whether this was a new request: False for a run not running
+        here or for the same request again (nothing is sent twice). A
+        different request is sent, but never postpones an earlier SIGKILL.
+        An unknown signal name is taken as TERM.
         """
         key = (job_id, run)
         with self._lock:
@@ -178,6 +180,8 @@ class Runner:
                 sig = "TERM"
             rundir = self._dir(key)
             request = {"signal": sig, "grace_s": max(0, grace_s), "reason": reason}
+            if read_json(rundir / supervise.KILL_FILE) == request:
+                return False
             write_json(rundir / supervise.KILL_FILE, request)
             # The supervisor reads kill.json once after writing proc.json, so
             # whichever of us goes second, the request is seen.
@@ -204,10 +208,16 @@ class Runner:
                 del self._children[key]
         return new
 
+    def snapshot(self) -> tuple[list[RunRef], list[RunReport]]:
+        """``running()`` and ``reports()`` at one instant, so that a run that ends
+        meanwhile is in exactly one of them (never neither: that reads as lost)."""
+        with self._lock:
+            return self._running(), [self._ended[k] for k in sorted(self._ended)]
+
     def running(self) -> list[RunRef]:
         """The runs this node holds now."""
         with self._lock:
-            return [RunRef(job_id=j, run=r) for j, r in sorted(self._active)]
+            return self._running()
 
     def reports(self) -> list[RunReport]:
         """Ends not yet acknowledged by the controller."""
@@ -225,6 +235,9 @@ class Runner:
                     shutil.rmtree(self._dir(key), ignore_errors=True)
 
     # -- internals ---------------------------------------------------------------------
+
+    def _running(self) -> list[RunRef]:
+        return [RunRef(job_id=j, run=r) for j, r in sorted(self._active)]
 
     def _dir(self, key: Key) -> Path:
         return self._runs / f"{key[0]}.{key[1]}"

@@ -1,0 +1,235 @@
+"""The agent's conversation with the controller: register, then long-poll sync.
+
+The protocol is PULL (``api/agent_schemas.py``): the agent opens every
+connection, so a node needs no listening port and the controller keeps no
+per-agent connection state. One loop calls ``POST /v1/agents/{node}/sync``
+with ``wait_s`` equal to the heartbeat interval; the controller answers at
+once when it has work and otherwise at the end of the wait, so each sync is
+also the heartbeat. A second thread polls the runner and, when runs end,
+sends their reports at once in a sync that does not wait.
+
+Every call may be repeated. A sync carries the runs held now and every
+report not yet acknowledged; a successful reply acknowledges the reports it
+carried (the controller applies them before answering). Starts of a
+``(job_id, run)`` already held or reported are ignored by the runner, and
+kills of runs not held do nothing. When the controller cannot be reached the
+agent retries with exponential backoff (with jitter, at most
+``max_backoff_s``) and its runs go on; a controller that no longer knows the
+node (404) gets a fresh registration.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from gpufleet.agent.runner import Runner
+from gpufleet.api.agent_schemas import (
+    MAX_SYNC_WAIT_S,
+    AgentRegister,
+    AgentSync,
+    RegisterReply,
+    RunReport,
+    SyncReply,
+)
+
+log = logging.getLogger("gpufleet.agent")
+
+REPEAT_PAUSE_S = 1.0
+
+
+class Refused(Exception):
+    """The controller refused the agent's request for good (bad token, bad inventory);
+    ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotRegistered(Exception):
+    """The controller does not know this node (404): register again."""
+
+
+class Agent:
+    """One node's agent. ``run`` until ``stop`` is set; jobs outlive it."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        token: str,
+        node: str,
+        inventory: Mapping[str, Any],
+        runner: Runner,
+        gpu_uuids: tuple[str, ...] = (),
+        poll_s: float = 0.2,
+        max_backoff_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.node = node
+        self.runner = runner
+        self.heartbeat_s = 10.0
+        self._inventory = dict(inventory)
+        self._gpu_uuids = list(gpu_uuids)
+        self._poll_s = poll_s
+        self._max_backoff_s = max_backoff_s
+        self._stop = threading.Event()
+        self._ended = threading.Event()  # a run ended: worth syncing now
+        headers = {"Authorization": f"Bearer {token}"}
+        base = server.rstrip("/") + f"/v1/agents/{node}"
+        # One client per thread: the long poll and the report flushes run side by side.
+        self._poll_client = httpx.Client(base_url=base, headers=headers, transport=transport)
+        self._flush_client = httpx.Client(base_url=base, headers=headers, transport=transport)
+        self.registered = threading.Event()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Register, then sync until ``stop``.
+
+        Raise Refused when the controller refuses the registration (a bad
+        token or inventory): retrying would not help.
+        """
+        monitor = threading.Thread(target=self._monitor, name="agent-monitor", daemon=True)
+        monitor.start()
+        try:
+            self._until_done(self.register)
+            while not self._stop.is_set():
+                try:
+                    self._until_done(lambda: self.sync(wait_s=self.heartbeat_s))
+                except NotRegistered:
+                    log.warning("node %s is unknown to the controller; registering", self.node)
+                    self._until_done(self.register)
+                except Refused as e:
+                    # Registered once, so the setup was right: wait for it to be again.
+                    log.error("the controller refused a sync: %s", e)
+                    self._stop.wait(self._max_backoff_s)
+        finally:
+            self._stop.set()
+            monitor.join()
+            self._poll_client.close()
+            self._flush_client.close()
+
+    def stop(self) -> None:
+        """Make ``run`` return after the sync in progress (at most one heartbeat
+        interval). Jobs keep running."""
+        self._stop.set()
+        self._ended.set()  # ends a pause between repeated answers
+
+    def register(self) -> RegisterReply:
+        """Send the inventory and the runs held; adopt the controller's heartbeat interval."""
+        body = AgentRegister(
+            inventory=self._inventory,
+            gpu_uuids=self._gpu_uuids,
+            running=self.runner.running(),
+        )
+        reply = RegisterReply.model_validate(
+            self._post(self._poll_client, "/register", body.model_dump(), timeout=30.0)
+        )
+        self.heartbeat_s = min(MAX_SYNC_WAIT_S, max(1.0, reply.heartbeat_interval_s))
+        log.info("registered node %s (state %s)", self.node, reply.state)
+        self.registered.set()
+        return reply
+
+    def sync(self, *, wait_s: float, client: httpx.Client | None = None) -> SyncReply:
+        """One sync: report, then start and kill what the reply says."""
+        running, reports = self.runner.snapshot()
+        body = AgentSync(running=running, reports=reports, wait_s=wait_s)
+        data = self._post(
+            client or self._poll_client, "/sync", body.model_dump(), timeout=wait_s + 15.0
+        )
+        reply = SyncReply.model_validate(data)
+        self.runner.acknowledge((r.job_id, r.run) for r in reports)
+        self.heartbeat_s = min(MAX_SYNC_WAIT_S, max(1.0, reply.heartbeat_interval_s))
+        news = False
+        for launch in reply.jobs_to_start:
+            if self.runner.start(launch):
+                news = True
+                log.info("started job %s run %d", launch.job_id, launch.run)
+        for kill in reply.jobs_to_kill:
+            if self.runner.kill(kill.job_id, kill.run, kill.signal, kill.grace_s, kill.reason):
+                news = True
+                log.info("killing job %s run %d (%s)", kill.job_id, kill.run, kill.reason)
+        if not news and (reply.jobs_to_start or reply.jobs_to_kill) and wait_s > 0:
+            # The controller repeats a kill until the run is gone (and answers a
+            # long poll at once when it does): pause instead of spinning, until
+            # a run ends or a short while passes.
+            self._ended.wait(min(self.heartbeat_s, REPEAT_PAUSE_S))
+            self._ended.clear()
+        return reply
+
+    # -- internals --------------------------------------------------------------------
+
+    def _monitor(self) -> None:
+        """Collect run ends and report them at once (the long poll may be waiting)."""
+        while not self._stop.wait(self._poll_s):
+            ended = self.runner.poll()
+            if ended:
+                self._ended.set()
+            for report in ended:
+                log.info("job %s run %d ended: %s", report.job_id, report.run, _describe(report))
+            if ended and self.registered.is_set():
+                try:
+                    self.sync(wait_s=0.0, client=self._flush_client)
+                except (httpx.HTTPError, NotRegistered, Refused) as e:
+                    # The main loop carries the reports on its next sync.
+                    log.debug("report flush failed: %s", e)
+
+    def _until_done(self, call: Any) -> Any:
+        """``call()`` until it succeeds or ``stop``; back off on transient failures."""
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                return call()
+            except httpx.HTTPError as e:
+                if self._stop.is_set():
+                    break
+                pause = random.uniform(0.5, 1.0) * delay
+                log.warning("controller unreachable (%s); retrying in %.1f s", _short(e), pause)
+                self._stop.wait(pause)
+                delay = min(self._max_backoff_s, delay * 2)
+        return None
+
+    def _post(
+        self, client: httpx.Client, path: str, body: dict[str, Any], timeout: float
+    ) -> Any:
+        response = client.post(path, json=body, timeout=httpx.Timeout(10.0, read=timeout))
+        if response.status_code == 404 and path == "/sync":
+            raise NotRegistered(_problem(response))
+        if response.status_code in (401, 403, 404, 413, 422):
+            status = response.status_code
+            raise Refused(status, f"{path.strip('/')}: {status} {_problem(response)}")
+        # 5xx and the rest are the controller's trouble: retried like a lost connection.
+        response.raise_for_status()
+        return response.json()
+
+
+def _problem(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        return response.text[:200]
+    if not isinstance(doc, dict):
+        return str(doc)[:200]
+    errors = doc.get("errors") or []
+    fields = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in errors[:3])
+    return fields or str(doc.get("detail") or doc.get("title") or "")
+
+
+def _short(error: httpx.HTTPError) -> str:
+    return f"{type(error).__name__}: {error}"[:200]
+
+
+def _describe(report: RunReport) -> str:
+    what = {
+        "exited": f"exit code {report.exit_code}",
+        "signalled": f"signal {report.signal}",
+        "failed_to_start": "failed to start",
+    }[report.state]
+    return what + (f" ({report.message})" if report.message else "")

@@ -1,0 +1,110 @@
+"""``gpufleet agent``: run a node's agent until SIGTERM or Ctrl-C.
+
+Stopping the agent leaves its jobs running (each has its own supervisor);
+the next agent on the same ``--state-dir`` re-attaches to them. Heavy
+imports wait until the command runs, so the rest of the command line
+starts fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, NoReturn
+
+import typer
+
+DEFAULT_INVENTORY = Path("/etc/gpufleet/node.toml")
+DEFAULT_STATE_DIR = Path("/var/lib/gpufleet/agent")
+STOP_WAIT_S = 2.0
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo("error: " + message.replace("\n", " "), err=True)
+    raise typer.Exit(2)
+
+
+def agent(
+    server: Annotated[
+        str, typer.Option("--server", envvar="GPUFLEET_URL", help="the controller's URL")
+    ],
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token",
+            envvar="GPUFLEET_AGENT_TOKEN",
+            help="this node's token (gpufleet token create --role node --node NAME)",
+        ),
+    ],
+    inventory: Annotated[
+        Path, typer.Option("--inventory", help="a cluster file declaring this node")
+    ] = DEFAULT_INVENTORY,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="this node's name in the inventory (default: the host name)"),
+    ] = None,
+    state_dir: Annotated[
+        Path, typer.Option("--state-dir", help="where the agent keeps its runs' state")
+    ] = DEFAULT_STATE_DIR,
+    same_user: Annotated[
+        bool,
+        typer.Option(
+            "--same-user",
+            help="run every job as the agent's own user (by default, an agent run as root "
+            "runs each job as its submitting user)",
+        ),
+    ] = False,
+) -> None:
+    """Run this node's agent: register its inventory, then run the jobs the controller starts."""
+    from gpufleet.agent.daemon import Agent, Refused
+    from gpufleet.agent.inventory import InventoryError, read_inventory
+    from gpufleet.agent.runner import Runner
+
+    try:
+        declared = read_inventory(inventory, node)
+    except InventoryError as e:
+        _fail(f"--inventory: {e}")
+    try:
+        runner = Runner(state_dir, declared.node.name, same_user=same_user)
+    except OSError as e:
+        _fail(f"--state-dir: {state_dir}: {e.strerror or e}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    daemon = Agent(
+        server=server,
+        token=token,
+        node=declared.node.name,
+        inventory=declared.group,
+        runner=runner,
+    )
+    failure: list[Refused] = []
+    stopping = threading.Event()
+
+    def work() -> None:
+        try:
+            daemon.run()
+        except Refused as e:
+            failure.append(e)
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+        daemon.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # The loop runs in a thread so that a signal stops the agent at once: a
+    # long poll in flight is simply dropped (the jobs do not depend on it).
+    thread = threading.Thread(target=work, name="agent", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive() and not stopping.is_set():
+            thread.join(0.5)
+        thread.join(STOP_WAIT_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failure:
+        where = {401: "--token", 403: "--token", 422: "--inventory"}.get(failure[0].status)
+        _fail(f"{where or '--server'}: the controller refused the agent: {failure[0]}")
+    logging.getLogger("gpufleet.agent").info("stopped; jobs keep running")
