@@ -63,7 +63,7 @@ from gpufleet.api.schemas import (
     Role,
     Submitted,
 )
-from gpufleet.controller import accounting, persist
+from gpufleet.controller import accounting, fairshare, persist
 from gpufleet.controller.clock import Clock, WallClock
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import check_spec, expand_path, request_from_json, request_to_json
@@ -89,11 +89,12 @@ from gpufleet.controller.views import (
     UsageRow,
 )
 from gpufleet.core.accounts import AccountTree
-from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
-from gpufleet.core.job import gpu_milli_equivalent
+from gpufleet.core.cycle import SchedulingProfile, run_cycle
+from gpufleet.core.job import JobState, PreemptMode, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Node, Request
 from gpufleet.core.state import Assignment, ClusterState
-from gpufleet.engine.book import JobBook
+from gpufleet.engine.book import JobBook, Signalled
+from gpufleet.policies.fairshare import FairshareArgs
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -633,37 +634,13 @@ class Controller:
         ]
 
     def fairshare(self, *, principal: Principal) -> list[FairshareRow]:
-        """Shares, decayed usage and factor of every association, tree order."""
-        tree = self.setup.accounts
-        if tree is None:
-            return []
-        end = self.clock.now()
-        rows = self.usage(principal=_SYSTEM, start=0.0, end=end, by="user")
-        used = {r.key: r.gpu_hours * 3600.0 for r in rows}
-        usage = np.zeros(len(tree))
-        for i in range(len(tree)):
-            if tree.is_user[i]:
-                usage[i] = used.get(tree.names[i], 0.0)
-        rolled = tree.rollup(usage)
-        total = float(rolled[0]) or 1.0
-        shares = tree.normalized_shares()
-        out = []
-        for i in range(1, len(tree)):
-            is_user = bool(tree.is_user[i])
-            parent = tree.names[int(tree.parent[i])]
-            out.append(
-                FairshareRow(
-                    account=parent if is_user else tree.names[i],
-                    user=tree.names[i] if is_user else None,
-                    shares=float(tree.shares[i]),
-                    normalized_shares=float(shares[i]),
-                    usage=float(rolled[i]),
-                    normalized_usage=float(rolled[i]) / total,
-                    factor=(2.0 ** (-(float(rolled[i]) / total) / float(shares[i])))
-                    if is_user and shares[i] > 0
-                    else None,
-                )
-            )
+        """Every association as ``sshare -l`` shows it, tree order (a user sees the
+        accounts and its own rows only); [] without an account tree."""
+        with self._lock:
+            ledger = self.book.ledger
+            if ledger is None:
+                return []
+            out = fairshare.table(ledger, int(self.clock.now()))
         if not principal.is_operator:
             out = [r for r in out if r.user in (None, principal.user)]
         return out
@@ -1052,9 +1029,16 @@ class Controller:
             )
             self._nodes[name] = info
             nodes.append(node)
-        self.book = JobBook(
-            nodes, self.setup.qos, self.setup.partitions, reservations=self.setup.reservations
+        setup = self.setup
+        ledger = fairshare.ledger(
+            setup.accounts, setup.fairshare or FairshareArgs(), setup.qos, setup.priority_calc_s
         )
+        self.book = JobBook(
+            nodes, setup.qos, setup.partitions, ledger=ledger, reservations=setup.reservations
+        )
+        if ledger is not None:
+            with self.store.read() as conn:
+                fairshare.rebuild(conn, ledger, self.book.state, int(now))
         for info in self._nodes.values():
             self._set_state(info, info.state)
         for job in jobs:
@@ -1082,9 +1066,18 @@ class Controller:
                 )
             )
         start = int(job.start_time or 0)
-        self.book.runs[job.job_id] = job.run - 1
-        self.book.submit(job.job())
-        self.book.apply(Plan(starts={job.job_id: assignments}), start)
+        running = replace(job.job(), state=JobState.RUNNING, start_time=start)
+        signal = None
+        expected_end = start + job.time_limit_s
+        kill = job.kill
+        if kill is not None and str(kill["mode"]).startswith("preempt-"):
+            deadline = int(kill["deadline"])
+            mode: PreemptMode = "requeue" if kill["mode"] == "preempt-requeue" else "cancel"
+            signal = Signalled(job.job_id, job.run, deadline, mode, str(kill.get("for_job", "")))
+            expected_end = deadline
+        self.book.restore(
+            RunningJob(running, tuple(assignments), expected_end), run=job.run, signal=signal
+        )
         for name in job.node_list:
             self._on_node[name].add(job.job_id)
 
@@ -1163,6 +1156,7 @@ class Controller:
                 "signal": "TERM",
                 "grace_s": sig.deadline - inow,
                 "deadline": float(sig.deadline),
+                "for_job": sig.for_job,
             }
             changes.append(Change(live, {"kill": kill}, [], after=partial(_set_kill, kill=kill)))
         for end in effects.stopped:
@@ -1917,7 +1911,7 @@ def _keep_server(
 ) -> ControllerSetup:
     """``new`` with what no configuration document holds kept from ``old``, and the
     server's timings too unless ``timings`` (they change only at a restart)."""
-    kept = {
+    kept: dict[str, Any] = {
         "workload_window": old.workload_window,
         "output_read_limit": old.output_read_limit,
         "backstop_s": old.backstop_s,

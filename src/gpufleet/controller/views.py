@@ -95,14 +95,18 @@ class ReservationOut(BaseModel):
 
 
 class FairshareRow(BaseModel):
-    """Fairshare of one association: its shares, its decayed usage and its factor."""
+    """Fairshare of one association, as ``sshare -l``: account, user, raw and normalised
+    shares, raw, normalised and effective usage, and (for a user) its factor."""
 
     account: str
     user: str | None = None
     shares: float
     normalized_shares: float
-    usage: float = Field(description="decayed billable GPU-seconds")
-    normalized_usage: float
+    usage: float = Field(description="raw usage: decayed billable GPU-seconds, rolled up")
+    normalized_usage: float = Field(description="raw usage over the whole cluster's")
+    effective_usage: float = Field(
+        0.0, description="the algorithm's usage: classic's U_E, Fair Tree's share of the parent's"
+    )
     factor: float | None = Field(None, description="the user's fairshare factor in [0, 1]")
 
 
