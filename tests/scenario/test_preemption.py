@@ -117,3 +117,37 @@ def test_a_gang_preempts_on_as_many_nodes_as_it_needs() -> None:
     out = sc.submit(qjob("gang").gpus(8).gang(2).qos("high")).cycle()
     assert out.preempted == {"x": "gang", "y": "gang"}
     assert out.starts == {"gang": ["a", "b"]}
+
+
+def grace_scene() -> Scenario:
+    """a: a cheap scavenger (1 h, 8 GPU-h); b: an older one (2 h, 16 GPU-h). Grace 30 s."""
+    sc = scenario()
+    sc.run(qjob("cheap").gpus(8).qos("scavenger").limit(90_000), start=3600, on="a")
+    sc.run(qjob("dear").gpus(8).qos("scavenger").limit(90_000), start=0, on="b")
+    return sc.submit(qjob("urgent").gpus(8).qos("high"))
+
+
+def test_a_victim_in_its_grace_time_is_not_picked_again_and_keeps_its_room() -> None:
+    sc = grace_scene()
+    first = sc.step()
+    assert first.preempted == {"cheap": "urgent"}
+    assert first.effects is not None and first.effects.deferred == ["urgent"]
+    assert sc.snapshot().signalled == {"cheap": "urgent"}
+    # 10 s later cheap still runs. urgent is planned into cheap's room again,
+    # neither signalling cheap twice nor taking dear as well; next, behind
+    # urgent, cannot have cheap's room and preempts dear instead.
+    sc.submit(qjob("next").gpus(8).qos("high").submit(NOW))
+    again = sc.step(NOW + 10)
+    assert again.preempted == {"dear": "next"}
+    assert again.starts == {"urgent": ["a"], "next": ["b"]}
+    assert again.effects is not None and again.effects.deferred == ["urgent", "next"]
+
+
+def test_the_room_goes_to_the_job_once_the_victim_is_gone() -> None:
+    sc = grace_scene()
+    sc.step()
+    assert sc.book is not None
+    sc.book.stop("cheap", NOW + 30, requeue=False)  # the grace time ran out: cancelled
+    out = sc.step(NOW + 30)
+    assert out.starts == {"urgent": ["a"]} and out.preempted == {}
+    assert out.effects is not None and [s.job_id for s in out.effects.started] == ["urgent"]
