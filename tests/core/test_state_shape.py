@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from builders import cluster, job, node
+from gpufleet.core.constraints import idle_nodes
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
 from gpufleet.core.model import MILLI, InvalidSpec
 from gpufleet.core.placement import Placer
-from gpufleet.core.state import Assignment, ClusterState, NotIdle
+from gpufleet.core.state import Assignment, ClusterState, NotIdle, OverAllocation
 from gpufleet.policies.registry import placement_profile
 
 ONE_GPU = job().cpu(1000).gpus(1).build()
@@ -59,7 +60,8 @@ def test_remove_node_leaves_a_tombstone_that_nothing_reuses() -> None:
     assert state.cpu_total[1] == state.gpu_free_sum[1] == 0
     assert not state.gpu_exists[1].any()
     assert state.mig_profile.tolist() == [-1, -1]  # b's instances are retired
-    assert not state.mig_free.any()
+    with pytest.raises(OverAllocation):  # an assignment made before cannot land
+        state.allocate(Assignment(node=1, mig=(0,)))
     assert state.index == {"a": 0, "c": 2}
     assert (state.version.tolist(), state.epoch) == ([0, 1, 0], 1)
     assert state.live_nodes() == [state.nodes[0], state.nodes[2]]
@@ -90,7 +92,10 @@ def test_set_mig_layout_retires_old_instances_and_appends_new_ones() -> None:
     # Instances 0, 1 (GPU 0's 3g) retired; 2 (GPU 1's 7g) stays; 3, 4 are new.
     profiles = [state.mig_profiles[p] if p >= 0 else "-" for p in state.mig_profile]
     assert profiles == ["-", "-", "7g.80gb", "1g.10gb", "1g.10gb"]
-    assert state.mig_free.tolist() == [False, False, True, True, True]
+    assert state.mig_free.all()  # retired instances are held by nothing
+    with pytest.raises(OverAllocation):
+        state.allocate(Assignment(node=0, mig=(0,)))
+    assert idle_nodes(state).tolist() == [True]  # an exclusive job may still take a
     assert state.mig_memory.tolist() == [0, 0, 80 * 1024, 10 * 1024, 10 * 1024]
     assert state.nodes[0].gpus[0].mig == (("1g.10gb", 0), ("1g.10gb", 1))
     # MIG off: the GPU gives its 1000 milli and its memory to other requests.

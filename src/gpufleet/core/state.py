@@ -11,11 +11,12 @@ and ``set_mig_layout`` cost O(cluster) and bump ``epoch``. Indices never
 move. Running jobs' assignments name nodes and MIG instances by index, so a
 removed node stays behind as a *tombstone* (removed, unhealthy, no capacity,
 no name in ``index``) and a re-laid-out GPU's instances are retired in place
-(``mig_profile`` -1, never free) while the new ones are appended. Nothing
-ever reuses a tombstone's or retired instance's index: a plan or assignment
-made before the change can then never land on different hardware. A driver
-that wants the space back rebuilds the state from ``live_nodes()`` at a quiet
-moment, when no assignment is held.
+(``mig_profile`` -1, held by nothing, refused by ``allocate``) while the new
+ones are appended. Nothing ever reuses a tombstone's or a retired instance's
+index, so an assignment made before the change can never land on different
+hardware: ``allocate`` refuses it. Tombstones and retired instances cost a
+row each; a driver that wants the space back rebuilds the state from
+``live_nodes()`` at a quiet moment, when no assignment is held.
 """
 
 from __future__ import annotations
@@ -198,7 +199,10 @@ class ClusterState:
                 or self.gpu_mem_free[n, g] < a.gpu_memory_mib
                 for g in a.gpus
             )
-            or any(not self.mig_free[m] or self.mig_node[m] != n for m in a.mig)
+            or any(
+                not self.mig_free[m] or self.mig_node[m] != n or self.mig_profile[m] < 0
+                for m in a.mig
+            )
         ):
             raise OverAllocation(f"{a} does not fit on {self.nodes[n].name}")
         self._apply(a, -1)
@@ -322,7 +326,7 @@ class ClusterState:
         """Nothing is allocated on GPU ``gpu`` of node ``i``, or anywhere on it when None."""
         cols: int | slice = slice(None) if gpu is None else gpu
         total = self.gpu_milli_total[i, cols]
-        busy_mig = ~self.mig_free & (self.mig_profile >= 0) & (self.mig_node == i)
+        busy_mig = ~self.mig_free & (self.mig_node == i)
         if gpu is not None:
             busy_mig &= self.mig_gpu == gpu
         elif self.cpu_free[i] != self.cpu_total[i] or self.mem_free[i] != self.mem_total[i]:
@@ -336,10 +340,11 @@ class ClusterState:
         )
 
     def _retire_mig(self, which: BoolArray) -> None:
-        """Instances that no longer exist: no profile matches them and they are never free."""
+        """Instances that no longer exist: no profile matches them, nothing holds them
+        (``~mig_free`` counts what is in use) and ``allocate`` refuses them."""
         self.mig_profile[which] = -1
         self.mig_memory[which] = 0
-        self.mig_free[which] = False
+        self.mig_free[which] = True
 
     def _renumber(self, models: list[str], profiles: list[str]) -> None:
         """Number GPU models and MIG profiles by ``models`` and ``profiles`` (sorted
