@@ -18,9 +18,9 @@ import pytest
 
 from api.live import client, serve
 from gpufleet.api.app import create_app
-from gpufleet.cli.server import controller_setup
 from gpufleet.controller.config import config_from_dict
 from gpufleet.controller.service import Controller, Principal
+from gpufleet.controller.setup import setup_from_config
 from store.databases import BACKENDS, Database, database
 
 CONFIG: dict[str, Any] = {
@@ -83,8 +83,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(db: Database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    built = config_from_dict(CONFIG, "test").build("test")
-    controller = Controller(setup=controller_setup(built), db_url=db.url, schema=db.schema)
+    config = config_from_dict(CONFIG, "test")
+    setup = setup_from_config(config.build("test"), config.to_dict())
+    controller = Controller(setup=setup, db_url=db.url, schema=db.schema)
     controller.start()
     try:
         bootstrap = Principal(user="root", role="admin")

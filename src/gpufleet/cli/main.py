@@ -13,7 +13,7 @@ from typing import Protocol, cast
 
 import typer
 
-from gpufleet.cli import accounting, agent, cluster, jobs
+from gpufleet.cli import accounting, agent, cluster, jobs, server, token
 from gpufleet.cli.config import config
 from gpufleet.cli.lazy import LazyGroup
 
@@ -25,6 +25,8 @@ app = typer.Typer(
     cls=LazyGroup,  # loads `sim` (numba, matplotlib) only when it is run
 )
 app.add_typer(config, name="config")
+app.add_typer(token.token, name="token")
+app.command("server")(server.server)
 app.command("agent")(agent.agent)
 for module in (jobs, cluster, accounting):
     module.register(app)

@@ -10,23 +10,17 @@ wait until the command runs, so the rest of the command line starts fast.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from gpufleet.controller.config import Built
-    from gpufleet.controller.setup import ControllerSetup
+from gpufleet.cli.output import fail
 
 DEFAULT_PORT = 6817  # slurmctld's port: a scheduler's controller, where admins look first
 SHUTDOWN_GRACE_S = 5
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo("error: " + message.replace("\n", " "), err=True)
-    raise typer.Exit(2)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -39,47 +33,16 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as e:
-        _fail(f"--host/--port: cannot listen on {host}:{port}: {e.strerror or e}")
+        fail("--port", f"cannot listen on {host}:{port}: {e.strerror or e}")
     sock.listen(2048)
     return sock
 
 
-def _check_document(document: dict[str, Any]) -> None:
-    """Refuse a configuration document that would not load, naming its first bad key."""
-    from gpufleet.controller.config import ConfigError, config_from_dict
-    from gpufleet.controller.errors import Invalid
-
-    try:
-        config_from_dict(document, "config").build("config")
-    except ConfigError as e:
-        key, _, message = e.problems[0].partition(": ")
-        raise Invalid(f"body.patch.{key}", message or key) from None
-
-
-def controller_setup(built: Built) -> ControllerSetup:
-    """The controller's settings from a checked configuration."""
-    from gpufleet.controller.setup import ControllerSetup, PrincipalSpec
-
-    server = built.server
-    return ControllerSetup(
-        profile_factory=built.profile,
-        nodes=built.nodes,
-        qos=built.qos,
-        partitions=built.partitions,
-        accounts=built.accounts,
-        reservations=built.reservations,
-        principals=[
-            PrincipalSpec(name=p.name, role=p.role, account=p.default_account or "")
-            for p in built.principals.values()
-        ],
-        default_partition=built.default_partition,
-        default_qos=built.default_qos,
-        interval_s=server.interval_s,
-        heartbeat_interval_s=server.heartbeat_interval_s,
-        heartbeat_timeout_s=server.heartbeat_timeout_s,
-        kill_grace_s=server.kill_grace_s,
-        validate_config=_check_document,
-    )
+def _exit_quietly(signum: int, _frame: object) -> None:
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
+    # under the handler found before it started: this one, so the process
+    # unwinds (stopping the controller) and exits 0 instead of dying of it.
+    raise SystemExit(0)
 
 
 def server(
@@ -104,29 +67,35 @@ def server(
     from gpufleet.api.app import create_app
     from gpufleet.controller.config import ConfigError, load_config
     from gpufleet.controller.service import Controller
+    from gpufleet.controller.setup import setup_from_config
 
     try:
-        built = load_config(config).build(str(config))
+        loaded = load_config(config)
+        built = loaded.build(str(config))
     except ConfigError as e:
-        _fail(str(e))
+        for problem in e.problems:
+            typer.echo(f"error: {config}: {problem}", err=True)
+        raise typer.Exit(2) from None
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        _fail(f"--data: {data}: {e.strerror or e}")
+        fail("--data", f"{data}: {e.strerror or e}")
     sock = _listen(host, port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    controller = Controller(setup=controller_setup(built), db_url=db or sqlite_url(data))
+    setup = setup_from_config(built, loaded.to_dict())
+    controller = Controller(setup=setup, db_url=db or sqlite_url(data))
     try:
         controller.start()
     except SQLAlchemyError as e:
         sock.close()
-        _fail(f"{'--db' if db else '--data'}: cannot open the store: {str(e).splitlines()[0]}")
+        fail("--db" if db else "--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
     try:
         app = create_app(controller, max_body_bytes=built.server.max_payload_bytes)
         bound_host, bound_port = sock.getsockname()[:2]
         logging.getLogger("gpufleet.server").info(
             "listening on http://%s:%d (%s)", bound_host, bound_port, built.summary()
         )
+        signal.signal(signal.SIGTERM, _exit_quietly)
         uvicorn.Server(
             uvicorn.Config(
                 app,

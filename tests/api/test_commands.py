@@ -1,0 +1,180 @@
+"""``gpufleet token`` and ``gpufleet server`` as a user runs them, on both stores.
+
+The token commands run in-process; the server runs as its own process on
+a free port of 127.0.0.1 and must stop cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpufleet.cli.main import main
+from store.databases import BACKENDS, Database, database
+
+CONFIG = """
+[[nodes]]
+names = "n1"
+cpu_milli = 8000
+memory_mib = 32768
+gpus = { model = "L4", count = 2 }
+
+[[principals]]
+name = "root"
+role = "admin"
+"""
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    yield from database(request.param, tmp_path / "data")
+
+
+def _store_args(db: Database) -> list[str]:
+    if db.schema is None:
+        return ["--data", str(Path(db.url.removeprefix("sqlite:///")).parent)]
+    # The schema rides in the URL, as an operator would put it.
+    db.open().close()  # creates the schema
+    return ["--db", f"{db.url}?options=-csearch_path%3D{db.schema}"]
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_token_create_list_revoke(db: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _store_args(db)
+    code, out, err = _run(["token", "create", "--user", "root", "--role", "admin", *store], capsys)
+    assert code == 0, err
+    secret = out.strip()
+    assert secret.startswith("gf_") and "\n" not in secret  # stdout holds the secret alone
+    code, out, _ = _run(["token", "list", "--json", *store], capsys)
+    [listed] = json.loads(out)
+    assert (listed["user"], listed["role"], listed["revoked"]) == ("root", "admin", False)
+    assert secret not in out
+    assert _run(["token", "revoke", listed["id"], *store], capsys)[0] == 0
+    assert _run(["token", "revoke", listed["id"], *store], capsys)[0] == 0
+    code, out, _ = _run(["token", "list", "--json", *store], capsys)
+    assert json.loads(out)[0]["revoked"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["token", "create", "--user", "u", "--role", "god"], "--role"),
+        (["token", "create", "--user", "u", "--role", "node"], "--node"),
+        (["token", "create", "--user", "u", "--role", "user", "--node", "n1"], "--node"),
+        (["token", "create", "--user", "", "--role", "user"], "--user"),
+        (["token", "revoke", "nope"], "ID"),
+    ],
+)
+def test_token_bad_input_is_one_line(
+    args: list[str], where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run([*args, "--data", str(tmp_path)], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {where}: ") and err.count("\n") == 1
+
+
+def test_token_needs_one_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for store in ([], ["--data", str(tmp_path), "--db", "sqlite://"]):
+        code, _, err = _run(["token", "list", *store], capsys)
+        assert code == 2 and err.startswith("error: --data: ")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _server(tmp_path: Path, store: list[str], port: int) -> subprocess.Popen[str]:
+    config = tmp_path / "controller.toml"
+    config.write_text(CONFIG)
+    command = [sys.executable, "-m", "gpufleet.cli.main", "server", "--config", str(config)]
+    return subprocess.Popen(
+        [*command, *store, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("the server did not come up")
+
+
+def test_server_serves_tokens_from_the_cli_and_stops_on_sigterm(
+    db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = _store_args(db)
+    if db.schema is None:
+        store = ["--data", str(tmp_path / "data")]
+    create = ["token", "create", "--user", "root", "--role", "admin", *store]
+    code, secret, err = _run(create, capsys)
+    assert code == 0, err
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    data = [] if db.schema is None else ["--data", str(tmp_path / "data")]
+    process = _server(tmp_path, [*store, *data], port)
+    try:
+        _wait_healthy(url, process)
+        headers = {"Authorization": f"Bearer {secret.strip()}"}
+        nodes = httpx.get(f"{url}/v1/nodes", headers=headers, timeout=10)
+        assert nodes.status_code == 200, nodes.text
+        assert [n["name"] for n in nodes.json()] == ["n1"]
+        assert httpx.get(f"{url}/v1/nodes", timeout=10).status_code == 401
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_server_refuses_a_bad_config_and_a_busy_port(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server]\ninterval_s = -1\nmystery = 1\n")
+    command = [sys.executable, "-m", "gpufleet.cli.main", "server", "--data", str(tmp_path)]
+    result = subprocess.run(
+        [*command, "--config", str(bad)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"error: {bad}: server.") for line in lines)
+    good = tmp_path / "good.toml"
+    good.write_text(CONFIG)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        result = subprocess.run(
+            [*command, "--config", str(good), "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --port: cannot listen on 127.0.0.1:")
+    assert result.stderr.count("\n") == 1
