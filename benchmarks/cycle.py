@@ -33,10 +33,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.model import GPU, Node, Request
 from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.engine.book import JobBook
 from gpufleet.policies.backfill import Backfill, BackfillArgs

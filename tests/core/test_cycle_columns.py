@@ -18,17 +18,12 @@ from hypothesis import strategies as st
 
 from builders import cluster, node
 from gpufleet.core.columns import Rows
-from gpufleet.core.cycle import (
-    Admission,
-    Plan,
-    QueueView,
-    SchedulingProfile,
-    Snapshot,
-    Tally,
-    run_cycle,
-)
+from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.plan import Plan
+from gpufleet.core.protocols import Admission
+from gpufleet.core.snapshot import QueueView, Snapshot, Tally
 from gpufleet.core.timeline import RunningEvents, Timeline
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from builders import node
-from gpufleet.core.cycle import Plan, Preemption
 from gpufleet.core.job import JobState, Partition, QoS, RunningJob
+from gpufleet.core.plan import Plan, Preemption
 from gpufleet.core.state import Assignment, OverAllocation
 from gpufleet.engine.book import JobBook, UnknownJob
 from scenario.harness import qjob

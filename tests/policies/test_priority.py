@@ -12,10 +12,11 @@ from pydantic import ValidationError
 
 from builders import cluster, node
 from gpufleet.core.accounts import Account, AccountTree, AccountUsage, User
-from gpufleet.core.cycle import SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.model import Request
 from gpufleet.core.placement import PlacementProfile
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.policies.fairshare import FairshareArgs, charge
 from gpufleet.policies.placement.fit import FirstFit
 from gpufleet.policies.priority import (

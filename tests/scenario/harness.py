@@ -23,9 +23,11 @@ from typing import Literal, Self
 import numpy as np
 
 from builders import JobBuilder, NodeBuilder, cluster
-from gpufleet.core.cycle import NodeMask, Plan, SchedulingProfile, Snapshot, run_cycle
+from gpufleet.core.cycle import NodeMask, SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
 from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.plan import Plan
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.engine.book import Effects, JobBook
 from gpufleet.policies.backfill import Backfill, BackfillArgs

@@ -40,155 +40,58 @@ journal that is rolled back before the plan is returned.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from copy import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import attrgetter
-from typing import Any, ClassVar, Literal, Protocol, cast, runtime_checkable
+from typing import Literal, cast
 
 import numpy as np
-import numpy.typing as npt
 
 from gpufleet.core.columns import Rows
 from gpufleet.core.constraints import idle_nodes, node_mask
-from gpufleet.core.job import (
-    Job,
-    Partition,
-    PreemptMode,
-    QoS,
-    Reservation,
-    RunningJob,
-    gpu_milli_equivalent,
-)
+from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode, PlacementContext, PlacementProfile, Placer
+from gpufleet.core.plan import (
+    BEGIN_TIME,
+    DEPENDENCY,
+    HELD,
+    INVALID_PARTITION,
+    INVALID_QOS,
+    NODE_NOT_AVAIL,
+    PRIORITY,
+    RESERVATION,
+    RESOURCES,
+    Plan,
+    Preemption,
+)
+from gpufleet.core.protocols import (
+    Access,
+    Admission,
+    Backfill,
+    BulkAdmission,
+    Gate,
+    Ordering,
+    PreemptionRequest,
+    Preemptor,
+)
+from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 from gpufleet.core.timeline import NEVER, Blocks, Hold, RunningEvents, Timeline
 
-FloatArray = npt.NDArray[np.float64]
-ObjectArray = npt.NDArray[np.object_]
-
-# Slurm's pending reasons used by the cycle itself; plugins return others.
-PRIORITY = "Priority"
-RESOURCES = "Resources"
-DEPENDENCY = "Dependency"
-HELD = "JobHeldUser"
-NODE_NOT_AVAIL = "ReqNodeNotAvail"
-INVALID_QOS = "InvalidQOS"
-INVALID_PARTITION = "InvalidPartition"
-RESERVATION = "Reservation"
-BEGIN_TIME = "BeginTime"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything one cycle may read. The cycle never mutates it.
-
-    ``state`` already holds the allocations of every job in ``running``.
-    ``fairshare`` maps a user to a factor in [0, 1] precomputed by the driver;
-    ``accounts`` is the account tree (``core.accounts``), passed through
-    untouched for orderings that need it. ``signalled`` maps each running
-    job already told to stop (in its preemption grace time) to the job it
-    was preempted for.
-    """
-
-    state: ClusterState
-    running: Sequence[RunningJob]
-    pending: Sequence[Job]
-    qos: Mapping[str, QoS]
-    partitions: Mapping[str, Partition]
-    now: int
-    reservations: Sequence[Reservation] = ()
-    fairshare: Mapping[str, float] = field(default_factory=dict)
-    accounts: object | None = None
-    signalled: Mapping[str, str] = field(default_factory=dict)
-
-
-class Ordering(Protocol):
-    """Who goes first. Exactly one ordering is active per profile.
-
-    Return one priority per job in ``pending`` (aligned), higher first; the
-    cycle breaks ties by submit time, then job id. Must be pure and
-    deterministic; may read anything in the snapshot.
-    """
-
-    NAME: ClassVar[str]
-
-    def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray: ...
-
-
-TallyKind = Literal["user_jobs", "user_milli", "account_milli", "qos_milli"]
-
-
-class Tally:
-    """What is running per QoS, user and account, including this cycle's starts.
-
-    GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``). Keys are
-    (QoS, user) for the user counts, (QoS, account) and QoS for the others.
-    """
-
-    def __init__(self) -> None:
-        self.user_jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.qos_milli: defaultdict[str, int] = defaultdict(int)
-        self._memo: dict[TallyKind, tuple[Sequence[Hashable], dict[Hashable, int], IntArray]] = {}
-
-    @classmethod
-    def of_running(cls, table: RunningEvents, rows: IntArray) -> Tally:
-        """The tally of the running jobs at ``rows`` of ``table``, summed per key in one pass."""
-        tally = cls()
-        milli = table.values("gpu_milli", _running_milli)[rows]
-        sums: list[
-            tuple[dict[Any, int], str, Callable[[RunningJob], Hashable], IntArray | None]
-        ] = [
-            (tally.user_jobs, "qos,user", _qos_user, None),
-            (tally.user_milli, "qos,user", _qos_user, milli),
-            (tally.account_milli, "qos,account", _qos_account, milli),
-            (tally.qos_milli, "qos", _qos, milli),
-        ]
-        for counter, column, key, weights in sums:
-            codes, keys = table.codes(column, key)
-            if len(keys):
-                total = np.bincount(codes[rows], weights, minlength=len(keys))
-                counter.update((k, int(v)) for k, v in zip(keys, total, strict=True) if v)
-        return tally
-
-    def add(self, job: Job, sign: int = 1) -> None:
-        milli = sign * job.gpu_milli
-        user, account = (job.qos, job.user), (job.qos, job.account)
-        self.user_jobs[user] += sign
-        self.user_milli[user] += milli
-        self.account_milli[account] += milli
-        self.qos_milli[job.qos] += milli
-        changes: tuple[tuple[TallyKind, Hashable, int], ...] = (
-            ("user_jobs", user, sign),
-            ("user_milli", user, milli),
-            ("account_milli", account, milli),
-            ("qos_milli", job.qos, milli),
-        )
-        for kind, key, delta in changes:
-            memo = self._memo.get(kind)
-            at = -1 if memo is None else memo[1].get(key, -1)
-            if memo is not None and at >= 0:
-                memo[2][at] += delta
-
-    def counts(self, kind: TallyKind, keys: Sequence[Hashable]) -> IntArray:
-        """The tally of each key of ``kind`` (0 if none), as an array; do not change it.
-
-        Kept up to date by ``add`` while ``keys`` is the same list, grown by
-        nothing (``Rows.codes`` keys only grow at their end).
-        """
-        memo = self._memo.get(kind)
-        if memo is None or memo[0] is not keys or len(memo[1]) != len(keys):
-            counter: defaultdict[Any, int] = getattr(self, kind)
-            index = dict(zip(keys, range(len(keys)), strict=True))
-            # Reading a defaultdict adds the missing keys at 0, which changes no count.
-            held = np.fromiter(map(counter.__getitem__, keys), dtype=np.int64, count=len(keys))
-            memo = keys, index, held
-            self._memo[kind] = memo
-        return memo[2]
+__all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
+    "CycleCache",
+    "Journal",
+    "NodeMask",
+    "Plan",
+    "SchedulingProfile",
+    "Snapshot",
+    "gpu_hours_at_risk",
+    "partition_nodes",
+    "queue_order",
+    "run_cycle",
+]
 
 
 Constraints = tuple[tuple[str, ...], tuple[str, ...], str, bool]
@@ -198,175 +101,6 @@ _NO_LIMITS: tuple[tuple[str, ...], tuple[str, ...], str] = ((), (), "")
 
 def _has_deps(job: Job) -> bool:
     return bool(job.dependencies)
-
-
-def _running_milli(r: RunningJob) -> int:
-    return r.job.gpu_milli
-
-
-def _qos_user(r: RunningJob) -> tuple[str, str]:
-    return r.job.qos, r.job.user
-
-
-def _qos_account(r: RunningJob) -> tuple[str, str]:
-    return r.job.qos, r.job.account
-
-
-def _qos(r: RunningJob) -> str:
-    return r.job.qos
-
-
-class QueueView:
-    """Columns of some queued jobs (aligned with ``rows``), for plugins that judge many at once.
-
-    A view and its ``window``s share what they gathered, so a column is
-    gathered once for the whole queue and each window reads a slice.
-    """
-
-    def __init__(self, table: Rows[Job], rows: IntArray) -> None:
-        self.table = table
-        self._all = rows
-        self._lo, self._hi = 0, len(rows)
-        self._gathered: dict[str, npt.NDArray[Any]] = {}
-        self._keys: dict[str, list[Any]] = {}
-
-    @property
-    def rows(self) -> IntArray:
-        return self._all[self._lo : self._hi]
-
-    def __len__(self) -> int:
-        return self._hi - self._lo
-
-    def window(self, lo: int, hi: int) -> QueueView:
-        """The jobs from ``lo`` to ``hi`` of this view (clipped to it)."""
-        view = copy(self)
-        view._lo, view._hi = self._lo + lo, min(self._lo + hi, self._hi)
-        return view
-
-    def column(self, attr: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
-        """Each job's attribute ``attr``."""
-        gathered = self._gathered.get(attr)
-        if gathered is None:
-            gathered = self.table.values(attr, attrgetter(attr), dtype)[self._all]
-            self._gathered[attr] = gathered
-        return gathered[self._lo : self._hi]
-
-    def codes(self, *attrs: str) -> tuple[IntArray, list[Any]]:
-        """A code per job for its value of ``attrs`` (a tuple when several), and the keys by code.
-
-        The keys are every value seen so far, so they may outnumber these jobs'.
-        """
-        name = ",".join(attrs)
-        gathered = self._gathered.get(name)
-        if gathered is None:
-            codes, self._keys[name] = self.table.codes(name, attrgetter(*attrs))
-            gathered = self._gathered[name] = codes[self._all]
-        return gathered[self._lo : self._hi], self._keys[name]
-
-
-class Admission(Protocol):
-    """May ``job`` run now, as far as limits go? Return "" or a Slurm pending reason.
-
-    Reads the job, the snapshot's definitions and the tally; pure. Plugins
-    combine in order: the first reason wins.
-    """
-
-    def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str: ...
-
-
-@runtime_checkable
-class BulkAdmission(Protocol):
-    """An ``Admission`` that can also judge many jobs at once.
-
-    ``admit_all`` returns, aligned with ``queue``, the reason ``admit`` would
-    give each job under this tally ("" to admit), as an object array. Pure.
-    The cycle uses it to settle runs of jobs that change nothing.
-    """
-
-    def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str: ...
-
-    def admit_all(self, snapshot: Snapshot, queue: QueueView, tally: Tally) -> ObjectArray: ...
-
-
-@dataclass(frozen=True)
-class Access:
-    """Where and from when a job may run: nodes, blocks to respect, earliest start.
-
-    A non-empty ``reason`` keeps the job pending regardless.
-    """
-
-    nodes: BoolArray
-    blocks: Blocks
-    not_before: int = 0
-    reason: str = ""
-
-
-class Gate(Protocol):
-    """Which nodes, and when, ``job`` may use (advance reservations).
-
-    Given the nodes of the job's partition; returns them narrowed, with the
-    blocks other reservations impose. Pure; may cache per snapshot.
-    """
-
-    def access(
-        self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray, now: int
-    ) -> Access: ...
-
-
-class Backfill(Protocol):
-    """Whether a job that cannot start now gets a hold, and how far ahead to look.
-
-    ``holds`` is how many holds this cycle already made, ``tested`` how many
-    jobs it already tried to place. ``horizon`` is the latest planned start
-    worth holding (Slurm's bf_window); ``resolution`` rounds expected ends.
-    """
-
-    resolution: int
-
-    def wants_hold(self, holds: int) -> bool: ...
-
-    def horizon(self, now: int) -> int: ...
-
-    def may_test(self, tested: int) -> bool: ...
-
-
-@dataclass(frozen=True)
-class Preemption:
-    """One victim of the plan: signal it, wait ``grace_s``, then requeue or cancel."""
-
-    job_id: str
-    mode: PreemptMode
-    grace_s: int
-    for_job: str
-
-
-Trial = Callable[[Sequence[RunningJob], BoolArray, Request], BoolArray]
-"""The masked nodes one task of ``request`` would fit on once these victims let go.
-
-Changes nothing: the victims are released tentatively and restored."""
-
-
-@dataclass(frozen=True)
-class PreemptionRequest:
-    """What a preemption plugin sees for one job that could not be placed."""
-
-    job: Job
-    snapshot: Snapshot
-    now: int
-    nodes: BoolArray
-    running: Sequence[RunningJob]
-    state: ClusterState
-    trial: Trial
-
-
-class Preemptor(Protocol):
-    """Which running jobs to preempt so that ``req.job`` fits; [] when none will do.
-
-    Must only return jobs its policy allows, and should verify its choice
-    with ``req.trial``; the cycle checks again before preempting anyone.
-    """
-
-    def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]: ...
 
 
 @dataclass
@@ -391,24 +125,6 @@ class SchedulingProfile:
     backfill: Backfill | None = None
     preemption: Preemptor | None = None
     cache: CycleCache = field(default_factory=CycleCache, repr=False, compare=False)
-
-
-@dataclass
-class Plan:
-    """What the cycle decided. Job ids index everything.
-
-    ``starts`` maps a job to its exact placement; ``holds`` maps a job that
-    waits to its planned start (a backfill reservation); ``reasons`` gives
-    every job left pending its Slurm reason. ``stats`` are diagnostics:
-    timings in seconds and counters, for drivers to record.
-    """
-
-    starts: dict[str, list[Assignment]] = field(default_factory=dict)
-    preemptions: list[Preemption] = field(default_factory=list)
-    holds: dict[str, int] = field(default_factory=dict)
-    hold_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-    stats: dict[str, float] = field(default_factory=dict)
 
 
 class Journal:

@@ -45,9 +45,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gpufleet.core.cycle import Plan, Snapshot
 from gpufleet.core.job import Job, JobState, Partition, PreemptMode, QoS, Reservation, RunningJob
 from gpufleet.core.model import MILLI, Node
+from gpufleet.core.plan import Plan
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import Assignment, ClusterState, OverAllocation
 from gpufleet.engine.ledger import UsageLedger
 

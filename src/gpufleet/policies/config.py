@@ -54,9 +54,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpufleet.core.accounts import Account, AccountTree, User
-from gpufleet.core.cycle import Ordering, SchedulingProfile
+from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Request
+from gpufleet.core.protocols import Ordering
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.preemption import CheapestVictims

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpufleet.core.cycle import ObjectArray, QueueView, Snapshot, Tally, TallyKind
 from gpufleet.core.job import Job, Partition
 from gpufleet.core.model import MILLI
+from gpufleet.core.snapshot import ObjectArray, QueueView, Snapshot, Tally, TallyKind
 from gpufleet.core.state import BoolArray, IntArray
 
 

@@ -26,9 +26,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpufleet.core.cycle import PreemptionRequest, Snapshot, gpu_hours_at_risk
+from gpufleet.core.cycle import gpu_hours_at_risk
 from gpufleet.core.job import Job, RunningJob
 from gpufleet.core.model import Request
+from gpufleet.core.protocols import PreemptionRequest
+from gpufleet.core.snapshot import Snapshot
 
 
 def may_preempt(snapshot: Snapshot, job: Job, victim: Job) -> bool:

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.accounts import AccountUsage, FloatArray, IntArray
 from gpufleet.core.columns import Rows
-from gpufleet.core.cycle import Snapshot
 from gpufleet.core.job import Job
 from gpufleet.core.model import MILLI
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.policies.fairshare import DAY_S, FairshareArgs
 from gpufleet.policies.fairshare import factors as fairshare_factors
 

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpufleet.core.cycle import FloatArray, Snapshot
 from gpufleet.core.job import Job
+from gpufleet.core.snapshot import FloatArray, Snapshot
 
 
 class Fifo:

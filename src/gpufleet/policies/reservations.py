@@ -21,8 +21,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpufleet.core.cycle import RESERVATION, Access, Snapshot
 from gpufleet.core.job import Job, Reservation
+from gpufleet.core.plan import RESERVATION
+from gpufleet.core.protocols import Access
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import BoolArray, ClusterState
 from gpufleet.core.timeline import NEVER, Blocks
 

@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.core.accounts import Account, AccountTree, User
-from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
+from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
 from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation
 from gpufleet.core.model import MILLI, Node
 from gpufleet.core.placement import Placer
+from gpufleet.core.plan import Plan
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.engine.book import JobBook, RunEnd, Started
 from gpufleet.engine.ledger import UsageLedger

@@ -1,0 +1,47 @@
+"""What one scheduling cycle decides: starts, preemptions, planned starts and reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.core.job import PreemptMode
+from gpufleet.core.state import Assignment
+
+# Slurm's pending reasons used by the cycle itself; plugins return others.
+PRIORITY = "Priority"
+RESOURCES = "Resources"
+DEPENDENCY = "Dependency"
+HELD = "JobHeldUser"
+NODE_NOT_AVAIL = "ReqNodeNotAvail"
+INVALID_QOS = "InvalidQOS"
+INVALID_PARTITION = "InvalidPartition"
+RESERVATION = "Reservation"
+BEGIN_TIME = "BeginTime"
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One victim of the plan: signal it, wait ``grace_s``, then requeue or cancel."""
+
+    job_id: str
+    mode: PreemptMode
+    grace_s: int
+    for_job: str
+
+
+@dataclass
+class Plan:
+    """What the cycle decided. Job ids index everything.
+
+    ``starts`` maps a job to its exact placement; ``holds`` maps a job that
+    waits to its planned start (a backfill reservation); ``reasons`` gives
+    every job left pending its Slurm reason. ``stats`` are diagnostics:
+    timings in seconds and counters, for drivers to record.
+    """
+
+    starts: dict[str, list[Assignment]] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)
+    holds: dict[str, int] = field(default_factory=dict)
+    hold_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,189 @@
+"""What one scheduling cycle reads: the snapshot, the running tally, and queue columns.
+
+``Snapshot`` is the driver's view of the cluster and the queue for one
+cycle (``engine.JobBook.snapshot`` builds it); the cycle and its plugins
+only read it. ``Tally`` counts what runs per QoS, user and account,
+including the cycle's own starts, for the limits. ``QueueView`` hands
+plugins that judge many jobs at once the queue as columns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from copy import copy
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.core.columns import Rows
+from gpufleet.core.job import Job, Partition, QoS, Reservation, RunningJob
+from gpufleet.core.state import ClusterState, IntArray
+from gpufleet.core.timeline import RunningEvents
+
+FloatArray = npt.NDArray[np.float64]
+ObjectArray = npt.NDArray[np.object_]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle may read. The cycle never mutates it.
+
+    ``state`` already holds the allocations of every job in ``running``.
+    ``fairshare`` maps a user to a factor in [0, 1] precomputed by the driver;
+    ``accounts`` is the account tree (``core.accounts``), passed through
+    untouched for orderings that need it. ``signalled`` maps each running
+    job already told to stop (in its preemption grace time) to the job it
+    was preempted for.
+    """
+
+    state: ClusterState
+    running: Sequence[RunningJob]
+    pending: Sequence[Job]
+    qos: Mapping[str, QoS]
+    partitions: Mapping[str, Partition]
+    now: int
+    reservations: Sequence[Reservation] = ()
+    fairshare: Mapping[str, float] = field(default_factory=dict)
+    accounts: object | None = None
+    signalled: Mapping[str, str] = field(default_factory=dict)
+
+
+TallyKind = Literal["user_jobs", "user_milli", "account_milli", "qos_milli"]
+
+
+class Tally:
+    """What is running per QoS, user and account, including this cycle's starts.
+
+    GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``). Keys are
+    (QoS, user) for the user counts, (QoS, account) and QoS for the others.
+    """
+
+    def __init__(self) -> None:
+        self.user_jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.qos_milli: defaultdict[str, int] = defaultdict(int)
+        self._memo: dict[TallyKind, tuple[Sequence[Hashable], dict[Hashable, int], IntArray]] = {}
+
+    @classmethod
+    def of_running(cls, table: RunningEvents, rows: IntArray) -> Tally:
+        """The tally of the running jobs at ``rows`` of ``table``, summed per key in one pass."""
+        tally = cls()
+        milli = table.values("gpu_milli", _running_milli)[rows]
+        sums: list[
+            tuple[dict[Any, int], str, Callable[[RunningJob], Hashable], IntArray | None]
+        ] = [
+            (tally.user_jobs, "qos,user", _qos_user, None),
+            (tally.user_milli, "qos,user", _qos_user, milli),
+            (tally.account_milli, "qos,account", _qos_account, milli),
+            (tally.qos_milli, "qos", _qos, milli),
+        ]
+        for counter, column, key, weights in sums:
+            codes, keys = table.codes(column, key)
+            if len(keys):
+                total = np.bincount(codes[rows], weights, minlength=len(keys))
+                counter.update((k, int(v)) for k, v in zip(keys, total, strict=True) if v)
+        return tally
+
+    def add(self, job: Job, sign: int = 1) -> None:
+        milli = sign * job.gpu_milli
+        user, account = (job.qos, job.user), (job.qos, job.account)
+        self.user_jobs[user] += sign
+        self.user_milli[user] += milli
+        self.account_milli[account] += milli
+        self.qos_milli[job.qos] += milli
+        changes: tuple[tuple[TallyKind, Hashable, int], ...] = (
+            ("user_jobs", user, sign),
+            ("user_milli", user, milli),
+            ("account_milli", account, milli),
+            ("qos_milli", job.qos, milli),
+        )
+        for kind, key, delta in changes:
+            memo = self._memo.get(kind)
+            at = -1 if memo is None else memo[1].get(key, -1)
+            if memo is not None and at >= 0:
+                memo[2][at] += delta
+
+    def counts(self, kind: TallyKind, keys: Sequence[Hashable]) -> IntArray:
+        """The tally of each key of ``kind`` (0 if none), as an array; do not change it.
+
+        Kept up to date by ``add`` while ``keys`` is the same list, grown by
+        nothing (``Rows.codes`` keys only grow at their end).
+        """
+        memo = self._memo.get(kind)
+        if memo is None or memo[0] is not keys or len(memo[1]) != len(keys):
+            counter: defaultdict[Any, int] = getattr(self, kind)
+            index = dict(zip(keys, range(len(keys)), strict=True))
+            # Reading a defaultdict adds the missing keys at 0, which changes no count.
+            held = np.fromiter(map(counter.__getitem__, keys), dtype=np.int64, count=len(keys))
+            memo = keys, index, held
+            self._memo[kind] = memo
+        return memo[2]
+
+
+def _running_milli(r: RunningJob) -> int:
+    return r.job.gpu_milli
+
+
+def _qos_user(r: RunningJob) -> tuple[str, str]:
+    return r.job.qos, r.job.user
+
+
+def _qos_account(r: RunningJob) -> tuple[str, str]:
+    return r.job.qos, r.job.account
+
+
+def _qos(r: RunningJob) -> str:
+    return r.job.qos
+
+
+class QueueView:
+    """Columns of some queued jobs (aligned with ``rows``), for plugins that judge many at once.
+
+    A view and its ``window``s share what they gathered, so a column is
+    gathered once for the whole queue and each window reads a slice.
+    """
+
+    def __init__(self, table: Rows[Job], rows: IntArray) -> None:
+        self.table = table
+        self._all = rows
+        self._lo, self._hi = 0, len(rows)
+        self._gathered: dict[str, npt.NDArray[Any]] = {}
+        self._keys: dict[str, list[Any]] = {}
+
+    @property
+    def rows(self) -> IntArray:
+        return self._all[self._lo : self._hi]
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    def window(self, lo: int, hi: int) -> QueueView:
+        """The jobs from ``lo`` to ``hi`` of this view (clipped to it)."""
+        view = copy(self)
+        view._lo, view._hi = self._lo + lo, min(self._lo + hi, self._hi)
+        return view
+
+    def column(self, attr: str, dtype: Any = np.int64) -> npt.NDArray[Any]:
+        """Each job's attribute ``attr``."""
+        gathered = self._gathered.get(attr)
+        if gathered is None:
+            gathered = self.table.values(attr, attrgetter(attr), dtype)[self._all]
+            self._gathered[attr] = gathered
+        return gathered[self._lo : self._hi]
+
+    def codes(self, *attrs: str) -> tuple[IntArray, list[Any]]:
+        """A code per job for its value of ``attrs`` (a tuple when several), and the keys by code.
+
+        The keys are every value seen so far, so they may outnumber these jobs'.
+        """
+        name = ",".join(attrs)
+        gathered = self._gathered.get(name)
+        if gathered is None:
+            codes, self._keys[name] = self.table.codes(name, attrgetter(*attrs))
+            gathered = self._gathered[name] = codes[self._all]
+        return gathered[self._lo : self._hi], self._keys[name]
