@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.core.accounts import AccountUsage
 from gpufleet.core.columns import Rows
 from gpufleet.core.job import Job, Partition, QoS, Reservation, RunningJob
 from gpufleet.core.state import ClusterState, IntArray
@@ -34,10 +35,11 @@ class Snapshot:
 
     ``state`` already holds the allocations of every job in ``running``.
     ``fairshare`` maps a user to a factor in [0, 1] precomputed by the driver;
-    ``accounts`` is the account tree (``core.accounts``), passed through
-    untouched for orderings that need it. ``signalled`` maps each running
-    job already told to stop (in its preemption grace time) to the job it
-    was preempted for.
+    ``accounts`` is the account tree with each association's decayed usage
+    (``engine.UsageLedger.view``), which orderings prefer when given; any
+    other type is a TypeError, not a silent fairshare of 0. ``signalled``
+    maps each running job already told to stop (in its preemption grace
+    time) to the job it was preempted for.
     """
 
     state: ClusterState
@@ -48,8 +50,15 @@ class Snapshot:
     now: int
     reservations: Sequence[Reservation] = ()
     fairshare: Mapping[str, float] = field(default_factory=dict)
-    accounts: object | None = None
+    accounts: AccountUsage | None = None
     signalled: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.accounts is not None and not isinstance(self.accounts, AccountUsage):
+            raise TypeError(
+                "Snapshot.accounts: an AccountUsage (the tree with its usage) or None, got "
+                + type(self.accounts).__name__
+            )
 
 
 TallyKind = Literal["user_jobs", "user_milli", "account_milli", "qos_milli"]

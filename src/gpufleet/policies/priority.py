@@ -130,7 +130,7 @@ class QueueColumns(Rows[Job]):
 class Multifactor:
     """Slurm's multifactor priority over the pending jobs, vectorised.
 
-    Fairshare comes from ``snapshot.accounts`` when it is an ``AccountUsage``
+    Fairshare comes from ``snapshot.accounts`` when the driver gives one
     (computed with ``args.fairshare``), else from ``snapshot.fairshare`` by
     user. A job whose association the tree does not hold, or whose user the
     mapping lacks, gets fairshare 0; the association factor needs the tree too.
@@ -174,7 +174,7 @@ class Multifactor:
             priority = {name: q.priority for name, q in snapshot.qos.items()}
             qos = self._by_code(rows, "qos", priority, relative=True)
         if args.weight_fairshare or args.weight_assoc:
-            if isinstance(snapshot.accounts, AccountUsage):
+            if snapshot.accounts is not None:
                 fs, assoc = self._from_tree(rows, snapshot.accounts)
             else:
                 fs = self._by_code(rows, "user", snapshot.fairshare, relative=False)
