@@ -24,7 +24,11 @@ class LiveJob:
     ``kill`` holds ``mode`` (cancel, requeue, preempt-requeue,
     preempt-cancel, timeout), ``signal``, ``grace_s`` and ``deadline``.
     ``placements`` are per node: name, GPU indices and UUIDs, shares and
-    MIG instance ids, in gang order.
+    MIG instance ids, in gang order. ``exits`` are the gang's tasks that
+    ended in this run (node -> state, exit_code, signal, message).
+    ``cleanup`` marks a job whose run's end is recorded (``state`` is final)
+    while its nodes have not all confirmed the run gone (``gone``): its
+    room stays held until they do or are down.
     """
 
     pk: int
@@ -55,6 +59,9 @@ class LiveJob:
     placements: list[dict[str, Any]] = field(default_factory=list)
     expected_start: float | None = None
     core: Job | None = None
+    exits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cleanup: bool = False
+    gone: set[str] = field(default_factory=set)
 
     @property
     def node_list(self) -> list[str]:
@@ -136,6 +143,8 @@ class LiveJob:
             kill=row.kill,
             start_time=row.start_time,
             placements=list(row.assignments or []),
+            exits=dict(row.task_exits or {}),
+            cleanup=row.cleanup,
         )
 
 

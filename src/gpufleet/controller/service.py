@@ -167,6 +167,7 @@ class Controller:
         self._nodes: dict[str, NodeInfo] = {}
         self._on_node: dict[str, set[str]] = defaultdict(set)
         self._final: dict[str, tuple[str, int | None]] = {}
+        self._cleanup: dict[str, LiveJob] = {}
         self._tokens: dict[str, Principal | None] = {}
         self._gen: dict[str, int] = defaultdict(int)
         self._answered: dict[str, int] = {}
@@ -777,6 +778,7 @@ class Controller:
                 info.saved_heartbeat = now
                 if came_back:
                     self._set_state(info, "up")
+            ended = self._confirm_gone(node, body.running, now) or ended
             reply = self._reply(node, body.running, ended)
             self._answered[node] = self._gen[node]
         if ended or came_back:
@@ -963,6 +965,7 @@ class Controller:
         self._by_num.clear()
         self._on_node.clear()
         self._final.clear()
+        self._cleanup.clear()
         self._tokens.clear()
         self._nodes.clear()
         with self.store.read() as conn:
@@ -970,7 +973,9 @@ class Controller:
             jobs = [
                 LiveJob.from_row(r)
                 for r in conn.execute(
-                    sa.select(t.jobs).where(t.jobs.c.state.in_(ACTIVE_STATES)).order_by(t.jobs.c.id)
+                    sa.select(t.jobs)
+                    .where(sa.or_(t.jobs.c.state.in_(ACTIVE_STATES), t.jobs.c.cleanup))
+                    .order_by(t.jobs.c.id)
                 )
             ]
             self._next_num = (
@@ -1042,7 +1047,11 @@ class Controller:
         for info in self._nodes.values():
             self._set_state(info, info.state)
         for job in jobs:
-            self._add_live(job)
+            if job.cleanup:
+                self._cleanup[job.job_id] = job
+                self._final[job.job_id] = (job.state, None)
+            else:
+                self._add_live(job)
             if job.state != "PENDING":
                 self._restore_run(job)
         self._profile = None
@@ -1070,7 +1079,10 @@ class Controller:
         signal = None
         expected_end = start + job.time_limit_s
         kill = job.kill
-        if kill is not None and str(kill["mode"]).startswith("preempt-"):
+        if job.cleanup:
+            # Ended, not yet confirmed gone: the room stays held for no one.
+            signal = Signalled(job.job_id, job.run, start, "cancel", "")
+        elif kill is not None and str(kill["mode"]).startswith("preempt-"):
             deadline = int(kill["deadline"])
             mode: PreemptMode = "requeue" if kill["mode"] == "preempt-requeue" else "cancel"
             signal = Signalled(job.job_id, job.run, deadline, mode, str(kill.get("for_job", "")))
@@ -1132,7 +1144,9 @@ class Controller:
         inow = int(now)
         self.cycles += 1
         changes: list[Change] = []
-        self._expire_nodes(now, changes)
+        statements: list[sa.Executable] = []
+        self._expire_nodes(now, changes, statements)
+        self._backstop(now, changes)
         self._sync_queue(now)
         if self._profile is None or now - self._profile_at >= PROFILE_REFRESH_S:
             self._profile = self.setup.profile_factory(list(self._recent))
@@ -1143,7 +1157,7 @@ class Controller:
             live = self._jobs.get(job_id)
             if live is not None:
                 live.reason = reason
-        for job_id, when in plan.holds.items():
+        for job_id, when in plan.expected_start.items():
             live = self._jobs.get(job_id)
             if live is not None:
                 live.expected_start = float(when)
@@ -1163,11 +1177,12 @@ class Controller:
             live = self._jobs[end.job_id]
             mode = "preempt-requeue" if end.outcome == "requeued" else "preempt-cancel"
             changes.append(self._end_change(live, mode, None, None, now, ""))
-        self._commit(changes)
+        self._commit(changes, statements)
 
-    def _commit(self, changes: list[Change]) -> None:
-        """Persist every change in one transaction, then apply them in memory and notify."""
-        if not changes:
+    def _commit(self, changes: list[Change], statements: Sequence[sa.Executable] = ()) -> None:
+        """Persist every change (and ``statements``) in one transaction, then apply the
+        changes in memory and notify."""
+        if not changes and not statements:
             return
         rows: list[persist.JobChange] = []
         history: list[dict[str, Any]] = []
@@ -1182,6 +1197,8 @@ class Controller:
             ends.extend(c.ends)
 
         def unit(conn: sa.Connection) -> None:
+            for stmt in statements:
+                conn.execute(stmt)
             persist.update_jobs(conn, rows)
             persist.start_runs(conn, runs)
             persist.end_runs(conn, ends)
@@ -1252,15 +1269,21 @@ class Controller:
         now: float,
         message: str,
         outcome: str = "",
+        cleanup: dict[str, Any] | None = None,
     ) -> Change:
         """The run of ``live`` ended; ``mode`` is the kill that ended it, if any.
 
         The book has already been told (finish or stop); this records the
-        final state, or the trip back to PENDING for a requeue.
+        final state, or the trip back to PENDING for a requeue. With
+        ``cleanup`` (the kill still to send) the run's end is recorded but
+        its tasks may still live: the book keeps its room until its nodes
+        confirm them gone (``_confirm_gone``) and the job waits in
+        ``_cleanup``.
         """
-        requeue = (
-            mode in ("requeue", "preempt-requeue", "node-fail") and live.requeue
-        ) or mode == "requeue"
+        requeue = cleanup is None and (
+            (mode in ("requeue", "preempt-requeue", "node-fail") and live.requeue)
+            or mode == "requeue"
+        )
         final = {
             "cancel": "CANCELLED",
             "preempt-cancel": "PREEMPTED",
@@ -1270,7 +1293,13 @@ class Controller:
             "node-fail": "NODE_FAIL",
         }.get(mode or "", outcome)
         steps = [(now, final, message)]
-        row: dict[str, Any] = {"exit_code": exit_code, "signal": signal, "kill": None}
+        row: dict[str, Any] = {
+            "exit_code": exit_code,
+            "signal": signal,
+            "kill": cleanup,
+            "cleanup": cleanup is not None,
+            "task_exits": None,
+        }
         if requeue:
             if final != "REQUEUED":
                 steps.append((now, "REQUEUED", message))
@@ -1296,6 +1325,13 @@ class Controller:
         }
 
         def after(job: LiveJob) -> None:
+            job.exits = {}
+            if cleanup is not None:
+                self._hold_room(job, int(now))
+                self._drop_live(job, final, exit_code)
+                job.state, job.kill, job.cleanup = final, cleanup, True
+                self._cleanup[job.job_id] = job
+                return
             for name in job.node_list:
                 self._on_node[name].discard(job.job_id)
             job.kill = None
@@ -1310,7 +1346,12 @@ class Controller:
 
         return Change(live, row, steps, ends=[end], after=after)
 
-    def _expire_nodes(self, now: float, changes: list[Change]) -> None:
+    def _expire_nodes(
+        self, now: float, changes: list[Change], statements: list[sa.Executable]
+    ) -> None:
+        """Nodes silent past the heartbeat timeout go DOWN; their runs end NODE_FAIL
+        (requeued if requeueable), or as the kill under way said (a cancel stays a
+        cancel). The node rows change in the same transaction as the jobs."""
         for name, info in self._nodes.items():
             if info.state != "up" or info.last_heartbeat is None:
                 continue
@@ -1320,20 +1361,94 @@ class Controller:
             if not self.book.state.healthy[i]:
                 self.book.node_up(i)  # a drained node must still give up its runs
             for end in self.book.node_down(i, int(now)):
-                live = self._jobs[end.job_id]
-                if not live.requeue:
+                lingering = self._cleanup.get(end.job_id)
+                if lingering is not None:
                     self.book.withdraw(end.job_id)
-                changes.append(
-                    self._end_change(live, "node-fail", None, None, now, f"node {name} lost")
-                )
+                    changes.append(self._release(lingering))
+                    continue
+                live = self._jobs[end.job_id]
+                mode = live.kill["mode"] if live.kill else None
+                if mode not in ("cancel", "timeout", "preempt-cancel", "requeue"):
+                    mode = "node-fail"
+                if not (mode == "requeue" or (mode == "node-fail" and live.requeue)):
+                    self.book.withdraw(end.job_id)
+                changes.append(self._end_change(live, mode, None, None, now, f"node {name} lost"))
             info.state = "down"
             info.reason = "heartbeat lost"
-            lost = (
+            statements.append(
                 t.nodes.update()
                 .where(t.nodes.c.name == name)
                 .values(state="down", reason="heartbeat lost")
             )
-            self._writer().call(partial(_execute, lost))
+
+    def _backstop(self, now: float, changes: list[Change]) -> None:
+        """End runs whose agents let a deadline pass by ``backstop_s`` without a report.
+
+        The deadline is a kill's (cancel, preemption) or the time limit plus
+        the kill grace (the agent enforces the limit itself). A cancel or a
+        timeout is recorded (CANCELLED, TIMEOUT, PREEMPTED) and SIGKILL is
+        sent on every later sync; the room stays held until the agents
+        confirm the run gone or its node goes DOWN, as Slurm keeps a
+        COMPLETING job's nodes. A requeue only escalates to SIGKILL: the job
+        cannot run again while its old run may still hold its GPUs.
+        """
+        late = self.setup.backstop_s
+        changed = {c.job.job_id for c in changes}  # a lost node ended them already
+        for live in list(self._jobs.values()):
+            if live.state == "PENDING" or live.start_time is None or live.job_id in changed:
+                continue
+            if live.kill is not None:
+                deadline = float(live.kill["deadline"])
+                mode = str(live.kill["mode"])
+            else:
+                deadline = live.start_time + live.time_limit_s + self.setup.kill_grace_s
+                mode = "timeout"
+            if now < deadline + late or (live.kill is not None and live.kill["signal"] == "KILL"):
+                continue
+            kill = {"mode": mode, "signal": "KILL", "grace_s": 0, "deadline": now}
+            if mode in ("requeue", "preempt-requeue"):
+                escalate = partial(_set_kill, kill=kill)
+                changes.append(Change(live, {"kill": kill}, [], after=escalate))
+                continue
+            message = f"no report from its node within {late:g} s of its deadline"
+            changes.append(
+                self._end_change(live, mode, None, None, now, message, cleanup=kill)
+            )
+
+    def _hold_room(self, job: LiveJob, now: int) -> None:
+        """Keep the ended run's room held in the book, for no one, until confirmed gone."""
+        r = self.book.running[job.job_id]
+        self.book.stop(job.job_id, now, requeue=False)
+        signal = Signalled(job.job_id, job.run, now, "cancel", "")
+        self.book.restore(replace(r, expected_end=now), run=job.run, signal=signal)
+
+    def _confirm_gone(self, node: str, running: Sequence[RunRef], now: float) -> bool:
+        """Runs in cleanup on ``node`` that its agent no longer holds are gone there;
+        a run gone on all its nodes gives its room back. Returns whether any did."""
+        held = {(r.job_id, r.run) for r in running}
+        changes = []
+        for job_id in sorted(self._on_node.get(node, ())):
+            live = self._cleanup.get(job_id)
+            if live is None or (job_id, live.run) in held:
+                continue
+            live.gone.add(node)
+            if live.gone >= set(live.node_list):
+                changes.append(self._release(live))
+        self._commit(changes)
+        return bool(changes)
+
+    def _release(self, live: LiveJob) -> Change:
+        """The run of a job in cleanup is gone everywhere: give its room back."""
+
+        def after(job: LiveJob) -> None:
+            if job.job_id in self.book.running:
+                self.book.stop(job.job_id, int(self.clock.now()), requeue=False)
+            for name in job.node_list:
+                self._on_node[name].discard(job.job_id)
+            job.kill, job.cleanup = None, False
+            self._cleanup.pop(job.job_id, None)
+
+        return Change(live, {"cleanup": False, "kill": None}, [], after=after)
 
     def _sync_queue(self, now: float) -> None:
         """Put exactly the pending jobs that may start now in the book; give the rest a reason."""
@@ -1449,6 +1564,8 @@ class Controller:
             changes: list[Change] = []
             finished_rows = []
             for row in rows:
+                if row.job_id in self._cleanup:
+                    raise Conflict(f"job {row.job_id}: its run is still being stopped on its nodes")
                 live = self._jobs.get(row.job_id)
                 if live is None:
                     finished_rows.append(row)
@@ -1591,33 +1708,81 @@ class Controller:
     def _apply_reports(self, node: str, reports: Sequence[RunReport], now: float) -> bool:
         changes = []
         for rep in reports:
+            lingering = self._cleanup.get(rep.job_id)
+            if lingering is not None and lingering.run == rep.run and node in lingering.node_list:
+                lingering.gone.add(node)
+                if lingering.gone >= set(lingering.node_list):
+                    changes.append(self._release(lingering))
+                continue
             live = self._jobs.get(rep.job_id)
             if live is None or live.run != rep.run or live.state == "PENDING":
                 continue  # an old run, or a report already applied
-            if node not in live.node_list:
+            if node not in live.node_list or node in live.exits:
                 continue
-            mode = live.kill["mode"] if live.kill else None
-            if (
-                mode is None
-                and rep.state == "signalled"
-                and live.start_time is not None
-                and (now >= live.start_time + live.time_limit_s)
-            ):
-                mode = "timeout"
-            outcome = "COMPLETED" if rep.state == "exited" and rep.exit_code == 0 else "FAILED"
-            if (mode in ("requeue", "preempt-requeue") and live.requeue) or mode == "requeue":
-                self.book.stop(live.job_id, int(now), requeue=True)
-                if live.job_id in self.book.pending:
-                    self.book.withdraw(live.job_id)  # the next cycle decides if it may start
-            elif mode is None:
-                self.book.finish(live.job_id, int(now))
-            else:
-                self.book.stop(live.job_id, int(now), requeue=False)
-            changes.append(
-                self._end_change(live, mode, rep.exit_code, rep.signal, now, rep.message, outcome)
-            )
+            change = self._task_ended(live, node, rep, now)
+            if change is not None:
+                changes.append(change)
         self._commit(changes)
         return bool(changes)
+
+    def _task_ended(self, live: LiveJob, node: str, rep: RunReport, now: float) -> Change:
+        """One task of the run ended on ``node``.
+
+        A single-node run ends with it. A gang's run ends when all its tasks
+        have ended (COMPLETED only if all exited 0; the exit code is the
+        worst), or at its first failure: then the run is FAILED with that
+        task's code and the others are killed, their room held until they
+        are confirmed gone.
+        """
+        exit = {
+            "state": rep.state,
+            "exit_code": rep.exit_code,
+            "signal": rep.signal,
+            "message": rep.message,
+        }
+        exits = {**live.exits, node: exit}
+        ok = rep.state == "exited" and rep.exit_code == 0
+        mode = live.kill["mode"] if live.kill else None
+        if (
+            mode is None
+            and rep.state == "signalled"
+            and live.start_time is not None
+            and (now >= live.start_time + live.time_limit_s)
+        ):
+            mode = "timeout"
+        others = [n for n in live.node_list if n not in exits]
+        if others and (ok or mode is not None):
+
+            def record(job: LiveJob) -> None:
+                job.exits = exits
+
+            return Change(live, {"task_exits": exits}, [], after=record)
+        if others:
+            kill = {
+                "mode": "gang-fail",
+                "signal": "TERM",
+                "grace_s": self.setup.kill_grace_s,
+                "deadline": now + self.setup.kill_grace_s,
+            }
+            message = f"task on {node} failed: " + (rep.message or _how(exit))
+            change = self._end_change(
+                live, None, rep.exit_code, rep.signal, now, message, "FAILED", cleanup=kill
+            )
+            change.after = _then(change.after, lambda job: job.gone.update(exits))
+            return change
+        worst = max(exits.values(), key=_badness)
+        code, signal = worst["exit_code"], worst["signal"]
+        good = all(e["state"] == "exited" and e["exit_code"] == 0 for e in exits.values())
+        outcome = "COMPLETED" if good else "FAILED"
+        if (mode in ("requeue", "preempt-requeue") and live.requeue) or mode == "requeue":
+            self.book.stop(live.job_id, int(now), requeue=True)
+            if live.job_id in self.book.pending:
+                self.book.withdraw(live.job_id)  # the next cycle decides if it may start
+        elif mode is None:
+            self.book.finish(live.job_id, int(now))
+        else:
+            self.book.stop(live.job_id, int(now), requeue=False)
+        return self._end_change(live, mode, code, signal, now, str(worst["message"]), outcome)
 
     def _reply(self, node: str, running: Sequence[RunRef], ended: bool) -> SyncReply:
         held = {(r.job_id, r.run) for r in running}
@@ -1625,8 +1790,10 @@ class Controller:
         kills: list[JobKill] = []
         desired = set()
         for job_id in sorted(self._on_node.get(node, ())):
-            live = self._jobs[job_id]
+            live = self._live(job_id)
             desired.add((job_id, live.run))
+            if node in live.exits:
+                continue  # this gang task has ended; the others run on
             if live.kill is not None:
                 if (job_id, live.run) in held:
                     kills.append(
@@ -1650,6 +1817,11 @@ class Controller:
             heartbeat_interval_s=self.setup.heartbeat_interval_s,
             node_state=self._node_state(node),
         )
+
+    def _live(self, job_id: str) -> LiveJob:
+        """An active job, or one in cleanup."""
+        live = self._jobs.get(job_id)
+        return live if live is not None else self._cleanup[job_id]
 
     def _launch(self, live: LiveJob, node: str) -> JobLaunch:
         spec = live.spec
@@ -1721,7 +1893,7 @@ class Controller:
         jobs = sorted(self._on_node.get(name, ()))
         per_gpu: dict[int, list[str]] = defaultdict(list)
         for job_id in jobs:
-            for p in self._jobs[job_id].placements:
+            for p in self._live(job_id).placements:
                 if p["node"] == name:
                     for g in p["gpus"]:
                         per_gpu[g].append(job_id)
@@ -1795,6 +1967,29 @@ class Change:
     runs: list[dict[str, Any]] = field(default_factory=list)
     ends: list[dict[str, Any]] = field(default_factory=list)
     after: Callable[[LiveJob], None] = lambda job: None
+
+
+def _badness(exit: Mapping[str, Any]) -> tuple[int, int, int]:
+    """Orders task exits from best to worst: exit 0, then higher codes, then signals."""
+    return (exit["state"] != "exited", exit["signal"] or 0, exit["exit_code"] or 0)
+
+
+def _how(exit: Mapping[str, Any]) -> str:
+    if exit["state"] == "signalled":
+        return f"killed by signal {exit['signal']}"
+    if exit["state"] == "failed_to_start":
+        return "failed to start"
+    return f"exit code {exit['exit_code']}"
+
+
+def _then(
+    first: Callable[[LiveJob], None], second: Callable[[LiveJob], None]
+) -> Callable[[LiveJob], None]:
+    def both(job: LiveJob) -> None:
+        first(job)
+        second(job)
+
+    return both
 
 
 def _set_kill(job: LiveJob, kill: dict[str, Any], state: str | None = None) -> None:

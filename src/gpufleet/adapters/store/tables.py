@@ -55,10 +55,15 @@ jobs = sa.Table(
     sa.Column("requeue", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("request_id", sa.String(128)),
     sa.Column("kill", sa.JSON),
+    # The run's end is recorded but a node has not confirmed it gone: its room stays held.
+    sa.Column("cleanup", sa.Boolean, nullable=False, server_default=sa.false()),
+    # A gang's tasks that ended so far in this run: node -> how.
+    sa.Column("task_exits", sa.JSON),
     sa.UniqueConstraint("user", "request_id", name="uq_jobs_user_request_id"),
 )
 sa.Index("ix_jobs_user_id", jobs.c.user, jobs.c.id)
-sa.Index("ix_jobs_state", jobs.c.state)
+sa.Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
+sa.Index("ix_jobs_user_state_id", jobs.c.user, jobs.c.state, jobs.c.id)
 sa.Index("ix_jobs_job_num", jobs.c.job_num)
 sa.Index("ix_jobs_account_id", jobs.c.account, jobs.c.id)
 sa.Index("ix_jobs_partition_id", jobs.c.partition, jobs.c.id)
