@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,27 +131,53 @@ def test_server_serves_tokens_from_the_cli_and_stops_on_sigterm(
     db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = _store_args(db)
-    if db.schema is None:
-        store = ["--data", str(tmp_path / "data")]
-    create = ["token", "create", "--user", "root", "--role", "admin", *store]
-    code, secret, err = _run(create, capsys)
-    assert code == 0, err
+    secrets = {}
+    for role, extra in (("admin", []), ("node", ["--node", "n1"])):
+        create = ["token", "create", "--user", f"the-{role}", "--role", role, *extra, *store]
+        code, secret, err = _run(create, capsys)
+        assert code == 0, err
+        secrets[role] = {"Authorization": f"Bearer {secret.strip()}"}
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     data = [] if db.schema is None else ["--data", str(tmp_path / "data")]
     process = _server(tmp_path, [*store, *data], port)
+    parked: list[httpx.Response] = []
     try:
         _wait_healthy(url, process)
-        headers = {"Authorization": f"Bearer {secret.strip()}"}
-        nodes = httpx.get(f"{url}/v1/nodes", headers=headers, timeout=10)
+        nodes = httpx.get(f"{url}/v1/nodes", headers=secrets["admin"], timeout=10)
         assert nodes.status_code == 200, nodes.text
         assert [n["name"] for n in nodes.json()] == ["n1"]
         assert httpx.get(f"{url}/v1/nodes", timeout=10).status_code == 401
+        inventory = {"names": "n1", "cpu_milli": 8000, "memory_mib": 32768}
+        registered = httpx.post(
+            f"{url}/v1/agents/n1/register",
+            json={"inventory": inventory},
+            headers=secrets["node"],
+            timeout=10,
+        )
+        assert registered.status_code == 200, registered.text
+        # An agent's long poll, parked when the stop comes, must not hold it up.
+        poll = threading.Thread(
+            target=lambda: parked.append(
+                httpx.post(
+                    f"{url}/v1/agents/n1/sync",
+                    json={"wait_s": 30},
+                    headers=secrets["node"],
+                    timeout=60,
+                )
+            )
+        )
+        poll.start()
+        time.sleep(1)
     finally:
+        stop = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
+    poll.join()
+    assert time.monotonic() - stop < 5
     assert process.returncode == 0, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert parked[0].status_code == 200
 
 
 def test_server_refuses_a_bad_config_and_a_busy_port(tmp_path: Path) -> None:

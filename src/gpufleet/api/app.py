@@ -34,6 +34,7 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
         redoc_url=None,
     )
     app.state.controller = controller
+    app.state.stopping = False  # see routers.agents.stop_long_polls
     problems.install(app)
     app.add_middleware(problems.Guard, max_body=max_body_bytes)
     for module in (health, jobs, nodes, cluster, usage, tokens, config, agents):

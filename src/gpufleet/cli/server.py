@@ -2,8 +2,8 @@
 
 The store (SQLite in the data directory unless ``--db`` names another) is
 migrated on start. SIGTERM or SIGINT stops accepting connections, lets
-requests in flight finish (long polls are cut after a few seconds: agents
-retry), then stops the scheduling loop after its last commit. Heavy imports
+requests in flight finish (agents' long polls answer within a second),
+then stops the scheduling loop after its last commit. Heavy imports
 wait until the command runs, so the rest of the command line starts fast.
 """
 
@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -65,6 +66,7 @@ def server(
 
     from gpufleet.adapters.store.store import sqlite_url
     from gpufleet.api.app import create_app
+    from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
     from gpufleet.controller.service import Controller
     from gpufleet.controller.setup import setup_from_config
@@ -95,8 +97,14 @@ def server(
         logging.getLogger("gpufleet.server").info(
             "listening on http://%s:%d (%s)", bound_host, bound_port, built.summary()
         )
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                stop_long_polls(app)
+                super().handle_exit(sig, frame)
+
         signal.signal(signal.SIGTERM, _exit_quietly)
-        uvicorn.Server(
+        Server(
             uvicorn.Config(
                 app,
                 lifespan="off",
