@@ -45,6 +45,7 @@ def test_node_of_a_group_is_narrowed_to_itself(tmp_path: Path) -> None:
     assert found.group["names"] == "gpu2"
     assert found.group["pool"] == "train"
     assert found.group["gpus"] == {"model": "L4", "count": 2, "nvlink": "none"}
+    assert found.gpu_ids == ("0", "1")  # CUDA_VISIBLE_DEVICES takes indices too
 
 
 def test_the_host_name_picks_among_several(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

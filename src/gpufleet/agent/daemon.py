@@ -57,7 +57,12 @@ class NotRegistered(Exception):
 
 
 class Agent:
-    """One node's agent. ``run`` until ``stop`` is set; jobs outlive it."""
+    """One node's agent: ``run`` until ``stop``; jobs outlive it.
+
+    ``poll_s`` is how often run ends are looked for, ``max_backoff_s`` the
+    longest pause between retries, ``max_wait_s`` the longest long poll (the
+    heartbeat interval is used when shorter).
+    """
 
     def __init__(
         self,
@@ -70,7 +75,7 @@ class Agent:
         gpu_uuids: tuple[str, ...] = (),
         poll_s: float = 0.2,
         max_backoff_s: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
+        max_wait_s: float = MAX_SYNC_WAIT_S,
     ) -> None:
         self.node = node
         self.runner = runner
@@ -79,13 +84,14 @@ class Agent:
         self._gpu_uuids = list(gpu_uuids)
         self._poll_s = poll_s
         self._max_backoff_s = max_backoff_s
+        self._max_wait_s = max_wait_s
         self._stop = threading.Event()
         self._ended = threading.Event()  # a run ended: worth syncing now
         headers = {"Authorization": f"Bearer {token}"}
         base = server.rstrip("/") + f"/v1/agents/{node}"
         # One client per thread: the long poll and the report flushes run side by side.
-        self._poll_client = httpx.Client(base_url=base, headers=headers, transport=transport)
-        self._flush_client = httpx.Client(base_url=base, headers=headers, transport=transport)
+        self._poll_client = httpx.Client(base_url=base, headers=headers)
+        self._flush_client = httpx.Client(base_url=base, headers=headers)
         self.registered = threading.Event()
 
     # -- the loop ---------------------------------------------------------------------
@@ -102,7 +108,9 @@ class Agent:
             self._until_done(self.register)
             while not self._stop.is_set():
                 try:
-                    self._until_done(lambda: self.sync(wait_s=self.heartbeat_s))
+                    self._until_done(
+                        lambda: self.sync(wait_s=min(self.heartbeat_s, self._max_wait_s))
+                    )
                 except NotRegistered:
                     log.warning("node %s is unknown to the controller; registering", self.node)
                     self._until_done(self.register)

@@ -32,6 +32,12 @@ class Inventory:
     node: Node
     group: dict[str, Any]
 
+    @property
+    def gpu_ids(self) -> tuple[str, ...]:
+        """What to register as the GPUs' UUIDs until NVML discovery reads the real ones:
+        their indices, which ``CUDA_VISIBLE_DEVICES`` accepts as well."""
+        return tuple(str(g.index) for g in self.node.gpus)
+
 
 def nvidia_gpu_count() -> int:
     """GPUs the NVIDIA driver lists on this host (0 without the driver)."""

@@ -72,11 +72,13 @@ def agent(
     except OSError as e:
         _fail(f"--state-dir: {state_dir}: {e.strerror or e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
     daemon = Agent(
         server=server,
         token=token,
         node=declared.node.name,
         inventory=declared.group,
+        gpu_uuids=declared.gpu_ids,
         runner=runner,
     )
     failure: list[Refused] = []

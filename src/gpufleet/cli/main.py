@@ -13,7 +13,7 @@ from typing import Protocol, cast
 
 import typer
 
-from gpufleet.cli import accounting, agent, cluster, jobs, server, token
+from gpufleet.cli import accounting, agent, cluster, jobs, server, token, up
 from gpufleet.cli.config import config
 from gpufleet.cli.lazy import LazyGroup
 
@@ -28,6 +28,7 @@ app.add_typer(config, name="config")
 app.add_typer(token.token, name="token")
 app.command("server")(server.server)
 app.command("agent")(agent.agent)
+app.command("up")(up.up)
 for module in (jobs, cluster, accounting):
     module.register(app)
 

@@ -1,0 +1,231 @@
+"""``gpufleet up``: a whole cluster of one machine, controller and agent in one process.
+
+Everything lives in the data directory, created on the first run and
+reused after (delete it to start over):
+
+``controller.toml``
+    the controller's configuration: one admin principal, defaults elsewhere.
+``node.toml``
+    this machine as the cluster's one node, ``local``: its CPUs and memory.
+    Discovering GPUs (NVML) is not built yet, so a machine without NVIDIA
+    GPUs gets two *demo* L4 GPUs (labelled ``demo = "true"``): they do not
+    exist, but they let queues, GPU requests and preemption be tried on a
+    laptop; a job on them sees made-up UUIDs in ``CUDA_VISIBLE_DEVICES``. A
+    machine with NVIDIA GPUs gets a CPU-only node and a line asking to
+    declare its GPUs in this file.
+``gpufleet.db``, ``admin.token`` (mode 0600), ``agent.token``, ``agent/``
+    the store, the tokens, and the agent's runs.
+
+Jobs run as the user running ``gpufleet up``. Stopping (Ctrl-C or SIGTERM)
+stops the API, the agent and the scheduling loop; running jobs go on under
+their supervisors and the next ``gpufleet up`` on the same directory finds
+them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.output import fail
+from gpufleet.cli.server import DEFAULT_PORT, _exit_quietly, _listen
+
+NODE = "local"
+DEMO_GPUS = '{ model = "L4", count = 2, nvlink = "none" }'
+STOP_GRACE_S = 2
+
+CONTROLLER_TOML = """\
+# The controller's configuration for `gpufleet up` (docs/configuration.md).
+# Edit freely: it is read at every start.
+
+[server]
+heartbeat_interval_s = 5
+
+[[principals]]
+name = "admin"
+role = "admin"
+"""
+
+
+def _node_toml(gpus_found: int) -> tuple[str, str]:
+    """This machine's inventory file, and a line describing it."""
+    cpus = os.cpu_count() or 1
+    memory_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    lines = [
+        "# This machine as the one node of `gpufleet up` (docs/cluster-file.md).",
+        "[[nodes]]",
+        f'names = "{NODE}"',
+        f"cpu_milli = {cpus * 1000}",
+        f"memory_mib = {memory_mib}",
+    ]
+    what = f"{cpus} CPUs, {memory_mib // 1024} GiB"
+    if gpus_found:
+        lines.insert(1, f"# This host has {gpus_found} NVIDIA GPUs: declare them (gpus = ...).")
+        what += f"; declare its {gpus_found} NVIDIA GPUs in node.toml, then run up again"
+    else:
+        lines.insert(1, "# DEMO GPUs: this host has none; these two do not exist.")
+        lines += ['labels = { demo = "true" }', f"gpus = {DEMO_GPUS}"]
+        what += ", 2 demo L4 GPUs (no GPU found: they do not exist)"
+    return "\n".join(lines) + "\n", what
+
+
+def _secret_file(path: Path, make: Callable[[], str]) -> str:
+    """The token in ``path``, or a new one from ``make()`` written there (mode 0600)."""
+    if path.exists():
+        return path.read_text().strip()
+    secret = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
+
+
+def up(
+    data: Annotated[
+        Path, typer.Option("--data", help="the data directory (created if needed)")
+    ] = Path("gpufleet-data"),
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="the API's port (0: any free one)")
+    ] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option("--host", help="the address to listen on")] = "127.0.0.1",
+) -> None:
+    """Run a one-machine cluster: the controller, its API and this machine's agent."""
+    import uvicorn
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gpufleet.adapters.store import Store, sqlite_url
+    from gpufleet.agent.daemon import Agent, Refused
+    from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
+    from gpufleet.agent.runner import Runner
+    from gpufleet.api.app import create_app
+    from gpufleet.controller.config import ConfigError, load_config
+    from gpufleet.controller.service import Controller, issue_token
+    from gpufleet.controller.setup import setup_from_config
+
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        data = data.resolve()
+        config = data / "controller.toml"
+        if not config.exists():
+            config.write_text(CONTROLLER_TOML)
+        inventory = data / "node.toml"
+        described = ""
+        if not inventory.exists():
+            text, described = _node_toml(nvidia_gpu_count())
+            inventory.write_text(text)
+    except OSError as e:
+        fail("--data", f"{data}: {e.strerror or e}")
+    try:
+        loaded = load_config(config)
+        built = loaded.build(str(config))
+    except ConfigError as e:
+        fail(str(config), "; ".join(e.problems))
+    try:
+        declared = read_inventory(inventory)
+    except InventoryError as e:
+        fail("", str(e))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
+    url = sqlite_url(data)
+    try:
+        store = Store(url)
+        try:
+            store.migrate()
+            _secret_file(
+                data / "admin.token",
+                lambda: issue_token(
+                    store, name="up", user="admin", role="admin", node=None, now=time.time()
+                ).token,
+            )
+            node_token = _secret_file(
+                data / "agent.token",
+                lambda: issue_token(
+                    store,
+                    name="up-agent",
+                    user=f"node-{declared.node.name}",
+                    role="node",
+                    node=declared.node.name,
+                    now=time.time(),
+                ).token,
+            )
+        finally:
+            store.close()
+    except (SQLAlchemyError, OSError) as e:
+        fail("--data", f"cannot prepare the store: {str(e).splitlines()[0]}", 1)
+    sock = _listen(host, port)
+    controller = Controller(setup=setup_from_config(built, loaded.to_dict()), db_url=url)
+    try:
+        controller.start()
+    except SQLAlchemyError as e:
+        sock.close()
+        fail("--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
+    bound_host, bound_port = sock.getsockname()[:2]
+    api = f"http://{bound_host}:{bound_port}"
+    agent = Agent(
+        server=api,
+        token=node_token,
+        node=declared.node.name,
+        inventory=declared.group,
+        gpu_uuids=declared.gpu_ids,
+        runner=Runner(data / "agent", declared.node.name, same_user=True),
+        # Short polls: one in flight when the server stops must end within its grace.
+        max_wait_s=STOP_GRACE_S / 2,
+    )
+    refused: list[Refused] = []
+
+    def run_agent() -> None:
+        try:
+            agent.run()
+        except Refused as e:
+            refused.append(e)
+            logging.getLogger("gpufleet.agent").error("the controller refused the agent: %s", e)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            agent.stop()  # first, so its long poll does not hold the shutdown
+            super().handle_exit(sig, frame)
+
+    thread = threading.Thread(target=run_agent, name="agent", daemon=True)
+    try:
+        app = create_app(controller, max_body_bytes=built.server.max_payload_bytes)
+        thread.start()
+        _welcome(api, data, declared.node.name, described or f"as declared in {inventory}")
+        # uvicorn re-raises the signal it stopped on under the handler found
+        # before it: this one unwinds through the finally below and exits 0.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _exit_quietly)
+        Server(
+            uvicorn.Config(
+                app, lifespan="off", log_level="warning", timeout_graceful_shutdown=STOP_GRACE_S
+            )
+        ).run(sockets=[sock])
+    except SystemExit:
+        pass  # the signal handler's way out of uvicorn: a normal stop
+    finally:
+        agent.stop()
+        thread.join(STOP_GRACE_S)
+        controller.stop()
+        sock.close()
+    typer.echo("gpufleet stopped; running jobs go on, and the next gpufleet up finds them")
+
+
+def _welcome(api: str, data: Path, node: str, described: str) -> None:
+    typer.echo(
+        f"gpufleet is up: the API is at {api}, the data in {data}\n"
+        f"  node {node}: {described}\n"
+        "Submit from another shell:\n"
+        f"  export GPUFLEET_URL={api}\n"
+        f"  export GPUFLEET_TOKEN=$(cat {data / 'admin.token'})\n"
+        "  gpufleet submit --wrap 'echo hi'\n"
+        "  gpufleet queue\n"
+        "Stop with Ctrl-C."
+    )
