@@ -14,6 +14,7 @@ import pytest
 
 from api.live import client, serve
 from gpufleet.api.app import create_app
+from gpufleet.api.openapi import document
 from gpufleet.api.problems import PROBLEM_JSON
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.service import Principal
@@ -170,3 +171,26 @@ def test_the_openapi_document_needs_a_token(url: str) -> None:
         doc = c.get("/v1/openapi.json").json()
     assert doc["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+def test_the_openapi_document_describes_every_route() -> None:
+    doc = document(create_app(StandIn()))  # type: ignore[arg-type]
+    problem_ref = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            where = f"{method.upper()} {path}"
+            responses = operation["responses"]
+            ok = [s for s in responses if s.startswith("2")]
+            assert ok, where
+            assert all(responses[s].get("content") or s == "204" for s in ok), where
+            assert responses["500"]["content"] == {PROBLEM_JSON: problem_ref}, where
+            if path == "/healthz":
+                assert "security" not in operation
+                continue
+            assert operation["security"] == [{"token": []}], where
+            has_input = "parameters" in operation or "requestBody" in operation
+            for status in ("401", "403", "422") if has_input else ("401", "403"):
+                assert responses[status]["content"] == {PROBLEM_JSON: problem_ref}, where
+            if "requestBody" in operation:
+                assert {"400", "413"} <= responses.keys(), where
+    assert "Problem" in doc["components"]["schemas"]
