@@ -262,9 +262,9 @@ def test_plan_invariants(sc: Scenario) -> None:
                 tl.add(r.job.id, r.assignments, r.expected_end)
         for job_id, assignments in plan.starts.items():
             tl.add(job_id, assignments, snap.now + pending[job_id].time_limit_s)
-        for job_id, start in plan.holds.items():
+        for job_id, start in plan.expected_start.items():
             times = tl.node_times(pending[job_id].request)
-            held = list(plan.hold_nodes[job_id])
+            held = list(plan.expected_nodes[job_id])
             assert (times[held] <= start).all()
             assert times[held].max() < NEVER
     finally:

@@ -212,7 +212,7 @@ def profile(backfill: str, admission: list[Admission]) -> SchedulingProfile:
 
 def same(a: Plan, b: Plan) -> None:
     assert a.starts == b.starts
-    assert (a.holds, a.hold_nodes) == (b.holds, b.hold_nodes)
+    assert (a.expected_start, a.expected_nodes) == (b.expected_start, b.expected_nodes)
     assert list(a.reasons.items()) == list(b.reasons.items())
 
 

@@ -1,5 +1,5 @@
 """A scenario harness for the scheduling cycle: cluster, jobs, profile and clock in;
-starts, preemptions, holds and pending reasons out.
+starts, preemptions, planned starts and pending reasons out.
 
 The scene lives in an ``engine.JobBook``, as in both drivers: ``cycle()``
 asks for the plan only; ``step()`` also lets the book carry it out and
@@ -74,7 +74,7 @@ class QueuedJobBuilder(JobBuilder):
         return self
 
     def with_(self, **fields: object) -> Self:
-        """Any other Job field: held, dependencies, reservation, checkpoints..."""
+        """Any other Job field: hold, dependencies, reservation, constraints, checkpoints..."""
         self._extra.update(fields)
         return self
 
@@ -103,7 +103,7 @@ class Outcome:
     plan: Plan
     starts: dict[str, list[str]]
     preempted: dict[str, str]
-    holds: dict[str, int]
+    expected_start: dict[str, int]
     reasons: dict[str, str]
     effects: Effects | None = None
 
@@ -199,6 +199,6 @@ class Scenario:
             plan=plan,
             starts={j: sorted(names[a.node] for a in asg) for j, asg in plan.starts.items()},
             preempted={p.job_id: p.for_job for p in plan.preemptions},
-            holds=dict(plan.holds),
+            expected_start=dict(plan.expected_start),
             reasons=dict(plan.reasons),
         )

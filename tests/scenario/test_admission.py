@@ -112,7 +112,7 @@ def test_pending_reasons_for_held_dependent_and_invalid_jobs() -> None:
     sc = scenario(QoS("normal"))
     sc.run(qjob("running").gpus(8), start=0, on="a")
     out = sc.submit(
-        qjob("held").gpus(1).with_(held=True),
+        qjob("held").gpus(1).with_(hold=True),
         qjob("after-running").gpus(1).with_(dependencies=("running",)),
         qjob("after-held").gpus(1).with_(dependencies=("held",)),
         qjob("after-done").gpus(1).with_(dependencies=("finished-long-ago",)),

@@ -27,7 +27,7 @@ def test_backfill_starts_short_jobs_and_never_delays_the_held_gang() -> None:
         qjob("long").gpus(2).limit(5000).submit(3),  # would hold b past 1000: must wait
     )
     out = sc.cycle()
-    assert out.holds == {"gang": 1000}
+    assert out.expected_start == {"gang": 1000}
     assert out.starts == {"short": ["b"]}
     assert out.reasons == {"gang": "Resources", "long": "Priority"}
 
@@ -43,8 +43,8 @@ def test_a_long_job_may_backfill_on_nodes_the_hold_does_not_need() -> None:
         qjob("side").gpus(6).limit(10_000).submit(3),  # only b has 6 free, and b is held
     )
     out = sc.cycle()
-    assert out.holds == {"head": 500}
-    assert out.plan.hold_nodes["head"] == (1,)
+    assert out.expected_start == {"head": 500}
+    assert out.plan.expected_nodes["head"] == (1,)
     assert out.starts == {}
     assert out.reasons == {"head": "Resources", "long": "Priority", "side": "Priority"}
 
@@ -56,7 +56,7 @@ def test_without_backfill_the_queue_is_strict() -> None:
     )
     out = sc.cycle()
     assert out.starts == {}
-    assert out.holds == {}
+    assert out.expected_start == {}
     assert out.reasons == {"gang": "Resources", "short": "Priority"}
 
 
@@ -77,7 +77,7 @@ def test_easy_holds_the_head_only_and_conservative_holds_every_waiting_job(
         qjob("second").gpus(8).limit(3600).submit(2),
     )
     out = sc.cycle()
-    assert out.holds == holds
+    assert out.expected_start == holds
     assert out.reasons == {"first": "Resources", "second": "Priority"}
 
 
@@ -86,7 +86,7 @@ def test_a_hold_beyond_the_backfill_window_is_not_made() -> None:
     profile = sc.profile()
     profile.backfill = Backfill(BackfillArgs(window_s=500))  # 100 + 500 < 1000: too far
     plan = run_cycle(sc.snapshot(), profile)
-    assert plan.holds == {}
+    assert plan.expected_start == {}
     assert plan.reasons == {"gang": "Resources"}
 
 
@@ -113,4 +113,4 @@ def test_conservative_backfill_protects_every_held_job(
         qjob("third").gpus(2).limit(5000).submit(3),
     ).cycle()
     assert out.starts == starts
-    assert out.holds == holds
+    assert out.expected_start == holds

@@ -44,7 +44,7 @@ def test_a_busy_named_node_makes_the_job_wait_though_others_are_free() -> None:
     sc = labelled().run(qjob("r").gpus(8).limit(900), start=0, on="c")
     out = sc.submit(qjob("j").gpus(1).with_(nodelist=("c",))).cycle()
     assert out.reasons == {"j": "Resources"}
-    assert out.holds == {"j": 900}  # when r ends on c, not now on a or b
+    assert out.expected_start == {"j": 900}  # when r ends on c, not now on a or b
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_nothing_else_goes_where_an_exclusive_job_runs() -> None:
     sc.run(qjob("r").gpus(8).limit(500), start=0, on="b")
     out = sc.submit(qjob("j").gpus(1).limit(100)).cycle()
     assert out.reasons == {"j": "Resources"}
-    assert out.holds == {"j": 500}  # b frees at 500; a stays x's until 900
+    assert out.expected_start == {"j": 500}  # b frees at 500; a stays x's until 900
 
 
 def test_an_exclusive_start_keeps_later_jobs_of_the_cycle_off_its_node() -> None:
@@ -124,7 +124,7 @@ def test_exclusive_hold_waits_until_every_job_on_the_node_ends() -> None:
     sc.run(qjob("long").gpus(1).limit(800), start=0, on="a")
     out = sc.submit(qjob("x").gpus(1).with_(exclusive=True)).cycle()
     # One GPU would free at 300, but the node is idle only at 800.
-    assert out.holds == {"x": 800}
+    assert out.expected_start == {"x": 800}
 
 
 def test_exclusive_preemption_empties_the_whole_node() -> None:

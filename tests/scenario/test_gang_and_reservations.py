@@ -17,7 +17,7 @@ def test_a_gang_is_all_or_nothing() -> None:
         qjob("g2").gpus(8).gang(2).limit(400).submit(2),  # ends at 400 <= 500: backfills
     ).cycle()
     assert out.starts == {"g2": ["a", "b"]}
-    assert out.holds == {"g3": 500}
+    assert out.expected_start == {"g3": 500}
     assert out.reasons == {"g3": "Resources"}
 
 
@@ -28,7 +28,7 @@ def test_a_gang_at_the_head_is_not_starved_by_small_jobs() -> None:
     # A stream of one-GPU jobs that would each outlive the hold at 500.
     sc.submit(*(qjob(f"s{i}").gpus(1).limit(1000).submit(2 + i) for i in range(8)))
     out = sc.cycle()
-    assert out.holds == {"gang": 500}
+    assert out.expected_start == {"gang": 500}
     assert out.starts == {}
 
 
@@ -79,7 +79,7 @@ def test_a_maintenance_reservation_admits_nobody() -> None:
     ).cycle()
     assert out.starts == {}
     assert out.reasons == {"named": "Reservation", "other": "Resources"}
-    assert out.holds == {"other": 5000}  # after the maintenance window
+    assert out.expected_start == {"other": 5000}  # after the maintenance window
 
 
 def test_a_gpu_count_reservation_holds_whole_nodes() -> None:

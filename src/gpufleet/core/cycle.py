@@ -4,32 +4,36 @@
 order the profile's ``Ordering`` gives (ties: earlier submit, then lower job
 id) and, for each job:
 
-1. **May it run?** Held jobs, unmet dependencies, every ``Admission`` plugin
-   (QoS and partition limits), and the ``Gate`` (partition nodes, advance
-   reservations) may keep it pending with a Slurm reason.
+1. **May it run?** A hold, a begin time still ahead, unmet dependencies,
+   every ``Admission`` plugin (QoS and partition limits), and the ``Gate``
+   (partition nodes, advance reservations) may keep it pending with a Slurm
+   reason.
 2. **Now?** The placer (mode ``now``) tries to place it on the nodes it may
-   use without overlapping any backfill hold or reservation block.
+   use (partition, constraints) without overlapping any planned start or
+   reservation block.
 3. **Else preempt?** The ``Preemption`` plugin may pick victims; the cycle
    checks with a tentative release that the job then fits, or preempts nobody.
-4. **Else hold.** The ``Backfill`` plugin decides whether the job gets a
-   hold (its planned start and nodes from the ``Timeline``). Lower-priority
-   jobs may start now only where and while they overlap no hold.
+4. **Else plan its start.** The ``Backfill`` plugin decides whether the job
+   gets a planned start (``Plan.expected_start``, its nodes from the
+   ``Timeline``; Slurm's backfill reservation). Lower-priority jobs may start
+   now only where and while they overlap no planned start.
 
 Without a backfill plugin the queue is strict: once a job of a partition
 waits for resources, no later job of that partition starts.
 
 Request shapes are classes: once a shape failed to fit for a job of length
-L, every later job of that shape (same partition and reservation) of length
-L or more fails too, because capacity only shrinks and holds only grow
-during a cycle (Slurm skips such jobs the same way). A preemption frees
+L, every later job of that shape (same partition, reservation and node
+constraints) of length
+L or more fails too, because capacity only shrinks and planned starts only
+grow during a cycle (Slurm skips such jobs the same way). A preemption frees
 capacity and so forgets these failures.
 
 Most jobs of a large queue change nothing: a limit keeps them, or their
-shape already failed and the hold is made. So once a run of jobs changed
+shape already failed and the start is planned. So once a run of jobs changed
 nothing, the walk judges the following ones in windows, with whole-queue
 columns and ``BulkAdmission`` plugins, up to the first job that might change
-something (be tested, get a hold, be the first of its partition to wait),
-which it considers alone. The plan is exactly the job-by-job walk's. The
+something (be tested, get a planned start, be the first of its partition to
+wait), which it considers alone. The plan is exactly the job-by-job walk's. The
 profile's ``CycleCache`` keeps what each job fixes across cycles, by object
 identity, so a cycle after a few arrivals reads columns instead of jobs.
 
@@ -78,7 +82,7 @@ from gpufleet.core.protocols import (
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
-from gpufleet.core.timeline import NEVER, Blocks, Hold, RunningEvents, Timeline
+from gpufleet.core.timeline import NEVER, Blocks, PlannedStart, RunningEvents, Timeline
 
 __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
     "CycleCache",
@@ -215,7 +219,7 @@ def _member(queue: QueueView, attr: str, names: set[str]) -> BoolArray:
 
 
 def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = None) -> Plan:
-    """Decide starts, preemptions, holds and pending reasons; see the module docstring."""
+    """Decide starts, preemptions, planned starts and pending reasons; see the module docstring."""
     cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
     try:
         return cycle.run()
@@ -228,7 +232,7 @@ class _Shape:
     """Per (request, partition, reservation) facts found during one cycle."""
 
     failed_at: int = NEVER  # shortest time limit that failed to place now
-    unheld_at: int = NEVER  # shortest time limit that found no hold within the window
+    unplanned_at: int = NEVER  # shortest time limit that found no planned start in the window
     never: bool | None = None  # would not fit even on an idle cluster
 
 
@@ -244,11 +248,12 @@ class _Cycle:
         self.tally = Tally.of_running(cache.running, cache.running.rows(snapshot.running))
         resolution = profile.backfill.resolution if profile.backfill else 1
         self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
-        self.holds = Blocks.none(self.state.num_nodes)
+        # Nodes kept for planned starts and for exclusive jobs, per time span.
+        self.planned = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str, Constraints], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
         self.constraint_masks: dict[Constraints, BoolArray] = {}
-        # Keyed by partition and constraints; shares self.holds, so stays current.
+        # Keyed by partition and constraints; shares self.planned, so stays current.
         self.plain_access: dict[tuple[str, Constraints], Access] = {}
         self.signalled_for: defaultdict[str, list[RunningJob]] = defaultdict(list)
         for r in snapshot.running:
@@ -259,7 +264,7 @@ class _Cycle:
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
-        self.hold_count = 0
+        self.planned_count = 0
         self.events = 0  # steps that changed what later jobs would see; see _walk
         self.bulk = all(isinstance(a, BulkAdmission) for a in profile.admission)
 
@@ -282,7 +287,7 @@ class _Cycle:
         plan.stats.update(
             tested=float(self.tested),
             started=float(len(plan.starts)),
-            holds=float(len(plan.holds)),
+            planned=float(len(plan.expected_start)),
             preempted=float(len(plan.preemptions)),
         )
         return plan
@@ -304,14 +309,14 @@ class _Cycle:
         reasons[queue.column("begin_time") > self.now] = BEGIN_TIME
         reasons[~_known(queue, "partition", s.partitions)] = INVALID_PARTITION
         reasons[~_known(queue, "qos", s.qos)] = INVALID_QOS
-        reasons[queue.column("held", np.bool_)] = HELD
+        reasons[queue.column("hold", np.bool_)] = HELD
         return reasons
 
     def _walk(self, queue: IntArray) -> None:
         """Consider the jobs at rows ``queue`` in order.
 
         Most jobs of a large queue change nothing: a limit keeps them, or a
-        job of their shape already failed and the one hold is made. Once
+        job of their shape already failed and the one start is planned. Once
         ``CALM`` jobs in a row changed nothing, the rest are judged in
         windows at once (``_settle``) up to the first job that might change
         something, which is considered alone again; windows double while
@@ -342,7 +347,7 @@ class _Cycle:
         """Which of these jobs ``_consider`` would only give a reason now, and the reasons.
 
         Exact for the cycle's current facts; a job it cannot settle (one that
-        would be tested, get a hold, or change any fact) reads False.
+        would be tested, get a planned start, or change any fact) reads False.
         """
         reasons = np.full(len(queue), "", dtype=object)
         if not self.bulk:
@@ -360,14 +365,15 @@ class _Cycle:
         shapes = [sh if sh is not None else _Shape() for sh in known]
         never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
         failed = np.array([sh.failed_at for sh in shapes], dtype=np.int64)[codes]
-        unheld = np.array([sh.unheld_at for sh in shapes], dtype=np.int64)[codes]
+        unplanned = np.array([sh.unplanned_at for sh in shapes], dtype=np.int64)[codes]
         limit = queue.column("time_limit_s")
         bf = self.p.backfill
         capped = bf is not None and bool(self.waiting) and not bf.may_test(self.tested)
         tries = (limit < failed) & (not capped)
-        holds = (limit < unheld) & (bf is not None and bf.wants_hold(self.hold_count))
+        wants = bf is not None and bf.wants_planned_start(self.planned_count)
+        plans = (limit < unplanned) & wants
         nna = open_ & ~blocked & (never == 1)
-        behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~holds
+        behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~plans
         reasons[open_ & blocked] = PRIORITY
         reasons[nna] = NODE_NOT_AVAIL
         reasons[behind] = PRIORITY
@@ -429,11 +435,11 @@ class _Cycle:
         if self.p.gate is None:
             access = self.plain_access.get((job.partition, limits))
             if access is None:
-                access = self.plain_access[job.partition, limits] = Access(nodes, self.holds)
+                access = self.plain_access[job.partition, limits] = Access(nodes, self.planned)
         else:
             self.events += 1  # a gate's answer is per job
             access = self.p.gate.access(self.s, job, nodes, self.now)
-            access = replace(access, blocks=access.blocks.merged(self.holds))
+            access = replace(access, blocks=access.blocks.merged(self.planned))
         return access
 
     def _placer(self, mask: BoolArray) -> Placer:
@@ -497,7 +503,7 @@ class _Cycle:
 
     def _block_nodes(self, placed: Sequence[Assignment], end: int) -> None:
         """Keep every other job off these nodes from now until ``end`` (an exclusive job's)."""
-        self.holds.add(np.array([a.node for a in placed], dtype=np.int64), self.now, end)
+        self.planned.add(np.array([a.node for a in placed], dtype=np.int64), self.now, end)
 
     # -- preemption ----------------------------------------------------------
     def _preempt(self, job: Job, access: Access) -> bool:
@@ -561,10 +567,12 @@ class _Cycle:
         if backfill is None:
             self.strict_blocked.add(job.partition)
             return
-        if job.time_limit_s >= shape.unheld_at or not backfill.wants_hold(self.hold_count):
+        if job.time_limit_s >= shape.unplanned_at or not backfill.wants_planned_start(
+            self.planned_count
+        ):
             return
         self.events += 1
-        hold = self.timeline.earliest(
+        planned = self.timeline.earliest(
             job.request,
             access.nodes,
             job.time_limit_s,
@@ -572,17 +580,17 @@ class _Cycle:
             horizon=backfill.horizon(self.now),
             whole_nodes=job.exclusive,
         )
-        if hold is None:
-            # Longer jobs of the shape, around only more holds, would find none either.
-            shape.unheld_at = job.time_limit_s
+        if planned is None:
+            # Longer jobs of the shape, around only more planned starts, would find none either.
+            shape.unplanned_at = job.time_limit_s
         else:
-            self._hold(job, hold)
+            self._plan_start(job, planned)
 
-    def _hold(self, job: Job, hold: Hold) -> None:
-        self.hold_count += 1
-        self.holds.add(hold.nodes, hold.start, hold.start + job.time_limit_s)
-        self.plan.holds[job.id] = hold.start
-        self.plan.hold_nodes[job.id] = tuple(int(n) for n in hold.nodes)
+    def _plan_start(self, job: Job, planned: PlannedStart) -> None:
+        self.planned_count += 1
+        self.planned.add(planned.nodes, planned.start, planned.start + job.time_limit_s)
+        self.plan.expected_start[job.id] = planned.start
+        self.plan.expected_nodes[job.id] = tuple(int(n) for n in planned.nodes)
 
 
 def gpu_hours_at_risk(r: RunningJob, now: int) -> float:

@@ -70,7 +70,7 @@ class Job:
     checkpoint_interval_s: int | None = None
     last_checkpoint: int | None = None
     reservation: str = ""
-    held: bool = False
+    hold: bool = False
     dependencies: tuple[str, ...] = ()
     runtime_estimate_s: int | None = None
     nodelist: tuple[str, ...] = ()

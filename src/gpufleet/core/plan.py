@@ -33,15 +33,16 @@ class Preemption:
 class Plan:
     """What the cycle decided. Job ids index everything.
 
-    ``starts`` maps a job to its exact placement; ``holds`` maps a job that
-    waits to its planned start (a backfill reservation); ``reasons`` gives
+    ``starts`` maps a job to its exact placement; ``expected_start`` maps a
+    job that waits to its planned start (backfill's reservation for it), and
+    ``expected_nodes`` to the nodes planned; ``reasons`` gives
     every job left pending its Slurm reason. ``stats`` are diagnostics:
     timings in seconds and counters, for drivers to record.
     """
 
     starts: dict[str, list[Assignment]] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)
-    holds: dict[str, int] = field(default_factory=dict)
-    hold_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    expected_start: dict[str, int] = field(default_factory=dict)
+    expected_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)

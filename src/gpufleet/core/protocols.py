@@ -83,16 +83,16 @@ class Gate(Protocol):
 
 
 class Backfill(Protocol):
-    """Whether a job that cannot start now gets a hold, and how far ahead to look.
+    """Whether a job that cannot start now gets a planned start, and how far ahead to look.
 
-    ``holds`` is how many holds this cycle already made, ``tested`` how many
-    jobs it already tried to place. ``horizon`` is the latest planned start
-    worth holding (Slurm's bf_window); ``resolution`` rounds expected ends.
+    ``planned`` is how many starts this cycle already planned, ``tested`` how
+    many jobs it already tried to place. ``horizon`` is the latest start worth
+    planning (Slurm's bf_window); ``resolution`` rounds expected ends.
     """
 
     resolution: int
 
-    def wants_hold(self, holds: int) -> bool: ...
+    def wants_planned_start(self, planned: int) -> bool: ...
 
     def horizon(self, now: int) -> int: ...
 

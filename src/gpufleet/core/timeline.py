@@ -10,8 +10,8 @@ It is vectorised: release events are sorted once by (node or GPU, time) with
 running sums of what they free, so one query is a handful of numpy passes
 over the events and the GPU grid, whatever the number of running jobs.
 
-Nodes may also be *blocked*: a backfill hold or an advance reservation keeps
-a node from ``blocked_from`` until ``blocked_until``. A job of length L may
+Nodes may also be *blocked*: a planned start, an exclusive job or an advance
+reservation keeps a node from ``blocked_from`` until ``blocked_until``. A job of length L may
 use a blocked node at time t only if it ends by ``blocked_from`` or starts
 at ``blocked_until`` or later, so it can never delay what holds the node.
 """
@@ -66,8 +66,8 @@ class Blocks:
 
 
 @dataclass(frozen=True)
-class Hold:
-    """Where and when a job is planned to start: its backfill reservation."""
+class PlannedStart:
+    """Where and when a waiting job is planned to start: its backfill reservation."""
 
     start: int
     nodes: IntArray
@@ -174,10 +174,10 @@ class Timeline:
         not_before: int = 0,
         horizon: int = NEVER,
         whole_nodes: bool = False,
-    ) -> Hold | None:
+    ) -> PlannedStart | None:
         """The earliest start of ``r`` on ``nodes`` for ``length`` seconds, around ``blocks``.
 
-        None if it cannot start by ``horizon``. The hold names the ``r.nodes``
+        None if it cannot start by ``horizon``. The start names the ``r.nodes``
         nodes that free up first (ties to the lowest index). With
         ``whole_nodes`` (an exclusive job) a node counts only once every
         holder on it has let go.
@@ -193,7 +193,7 @@ class Timeline:
         start = int(t[chosen].max())
         if start > horizon:
             return None
-        return Hold(start, np.sort(chosen))
+        return PlannedStart(start, np.sort(chosen))
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,20 @@
-"""Backfill: let lower-priority jobs start early without delaying the ones held.
+"""Backfill: let lower-priority jobs start early without delaying the planned ones.
 
-When a job cannot start now it may get a *hold*: its earliest start on the
-timeline of running jobs' expected ends, on the nodes that free up first.
-A lower-priority job then starts now only on nodes no hold covers, or if it
-will finish (by its time limit) before the hold begins. So backfill never
-delays a held job, and a gang at the head of the queue is held like any job.
+When a job cannot start now it may get a *planned start* (Slurm's backfill
+reservation; ``Plan.expected_start``): its earliest start on the timeline of
+running jobs' expected ends, on the nodes that free up first. A
+lower-priority job then starts now only on nodes no planned start covers, or
+if it will finish (by its time limit) before that start. So backfill never
+delays a planned job, and a gang at the head of the queue is planned like
+any job.
 
-* ``easy``: only the first waiting job gets a hold (EASY backfill, as in the
-  Argonne/IBM SP scheduler); cheap, and the head job cannot starve.
-* ``conservative``: every waiting job gets a hold, in priority order, so no
-  job is ever delayed by a lower one; costs a timeline query per job.
+* ``easy``: only the first waiting job gets a planned start (EASY backfill,
+  as in the Argonne/IBM SP scheduler); cheap, and the head job cannot starve.
+* ``conservative``: every waiting job gets one, in priority order, so no job
+  is ever delayed by a lower one; costs a timeline query per job.
 
-Settings follow Slurm's SchedulerParameters: ``window_s`` (bf_window: holds
-further ahead than this are not made), ``resolution_s`` (bf_resolution:
+Settings follow Slurm's SchedulerParameters: ``window_s`` (bf_window: starts
+further ahead than this are not planned), ``resolution_s`` (bf_resolution:
 expected ends are rounded up to it) and ``max_job_test`` (bf_max_job_test:
 once a job waits, at most this many jobs in all are tried per cycle).
 """
@@ -39,8 +41,8 @@ class Backfill:
         self.args = args or BackfillArgs()
         self.resolution = self.args.resolution_s
 
-    def wants_hold(self, holds: int) -> bool:
-        return self.args.mode == "conservative" or holds == 0
+    def wants_planned_start(self, planned: int) -> bool:
+        return self.args.mode == "conservative" or planned == 0
 
     def horizon(self, now: int) -> int:
         return now + self.args.window_s

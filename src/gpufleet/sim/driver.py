@@ -249,7 +249,7 @@ class Simulation:
         )
         self.meter = self._meter(jobs)
         self.alloc_milli = 0
-        self.held: defaultdict[str, int] = defaultdict(int)  # milli-GPU per account
+        self.held_milli: defaultdict[str, int] = defaultdict(int)  # allocated, per account
         self.waiting: defaultdict[str, int] = defaultdict(int)  # pending jobs per account
         self.alloc_area = 0.0
         self.last_advance = 0
@@ -458,7 +458,7 @@ class Simulation:
             rec.first_start = now
         length = min(rec.remaining, job.time_limit_s)
         self.alloc_milli += job.gpu_milli
-        self.held[job.account] += job.gpu_milli
+        self.held_milli[job.account] += job.gpu_milli
         self.queue.push(now + length, Kind.JOB_END, job.id, rec.run)
         interval = job.checkpoint_interval_s
         if interval is not None and interval < length:
@@ -478,7 +478,7 @@ class Simulation:
     def _ended(self, rec: JobRecord, end: RunEnd) -> int:
         """The record's share of a run's end; return how long the run lasted."""
         self.alloc_milli -= rec.job.gpu_milli
-        self.held[rec.job.account] -= rec.job.gpu_milli
+        self.held_milli[rec.job.account] -= rec.job.gpu_milli
         rec.allocated_gpu_s += rec.gpus * end.elapsed
         rec.assignments = ()
         return end.elapsed
@@ -549,8 +549,8 @@ class Simulation:
                 len(self.running),
                 frag,
                 int((~self.state.healthy).sum()),
-                {a: m for a, m in self.held.items() if m or self.waiting[a]}
-                | {a: 0 for a, n in self.waiting.items() if n and a not in self.held},
+                {a: m for a, m in self.held_milli.items() if m or self.waiting[a]}
+                | {a: 0 for a, n in self.waiting.items() if n and a not in self.held_milli},
             )
         )
         self.next_sample = self.now + self.sample_s
