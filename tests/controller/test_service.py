@@ -221,3 +221,17 @@ def test_tokens_authenticate_until_revoked(cluster: Cluster) -> None:
     cluster.ctl.revoke_token(principal=ADMIN, token_id=made.id)
     assert cluster.ctl.authenticate(token=made.token) is None
     assert cluster.ctl.authenticate(token="gf_nonsense") is None
+
+
+def test_a_listing_shows_what_the_job_itself_shows(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    ids = [
+        ctl.submit(principal=ANA, spec=spec(stdout="out-%j.txt", stderr="/logs/%x.err")).job_id,
+        ctl.submit(principal=ANA, spec=spec(array="0-1", name="a")).job_id,
+    ]
+    listed = {j.job_id: j for j in ctl.list_jobs(principal=ANA).jobs}
+    assert len(listed) == 3
+    for job_id, job in listed.items():
+        assert job == ctl.get_job(principal=ANA, job_id=job_id).model_copy(update={"history": []})
+    assert listed[ids[0]].stdout_path == f"/tmp/out-{ids[0]}.txt"
+    assert listed[ids[0]].stderr_path == "/logs/job.err"

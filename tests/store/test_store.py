@@ -83,3 +83,25 @@ def test_sqlite_runs_in_wal_mode_with_normal_sync(tmp_path: object) -> None:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     store.close()
+
+
+def test_merged_inserts_and_copy_keep_every_row_and_its_json(db: Database) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpufleet.adapters.store.store import COPY_ROWS
+
+    store = db.open()
+    store.migrate()
+    writer = GroupWriter(store)
+    big = [{**_job(i), "request": {"cpu_milli": i, "env": {"A": "x y"}}} for i in range(1, 601)]
+    assert len(big) >= COPY_ROWS  # PostgreSQL copies these
+    writer.insert([(t.jobs, big)])
+    with ThreadPoolExecutor(8) as pool:  # small ones from many threads merge into few batches
+        list(pool.map(lambda i: writer.insert([(t.jobs, [_job(i)])]), range(1000, 1100)))
+    writer.stop()
+    with store.read() as conn:
+        rows = conn.execute(sa.select(t.jobs.c.id, t.jobs.c.request).order_by(t.jobs.c.id)).all()
+    assert len(rows) == 700
+    assert rows[599].request == {"cpu_milli": 600, "env": {"A": "x y"}}
+    assert rows[600].request == {"cpu_milli": 1000}
+    store.close()

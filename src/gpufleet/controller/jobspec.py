@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import signal as signals
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from gpufleet.api.schemas import MAX_ARRAY_TASKS, JobSubmit
@@ -138,8 +139,13 @@ def expand_path(
     def one(m: re.Match[str]) -> str:
         return values.get(m[1] or "", m[0])
 
-    path = PurePosixPath(_PATTERN.sub(one, pattern))
-    return str(path if path.is_absolute() else PurePosixPath(workdir) / path)
+    return _absolute(_PATTERN.sub(one, pattern) if "%" in pattern else pattern, workdir)
+
+
+@lru_cache(maxsize=4096)  # listings repeat a few workdirs and file names many times
+def _absolute(path: str, workdir: str) -> str:
+    pure = PurePosixPath(path)
+    return str(pure if pure.is_absolute() else PurePosixPath(workdir) / pure)
 
 
 def check_spec(spec: JobSubmit) -> tuple[Request, ArraySpec | None, Dependency | None]:

@@ -375,6 +375,7 @@ class Controller:
             for i, task in enumerate(tasks)
         ]
         refs = dependency.refs if dependency else ()
+        history = [{"job": r["id"], "time": now, "state": "PENDING", "reason": ""} for r in rows]
 
         def unit(conn: sa.Connection) -> Submitted | None:
             if spec.request_id is not None:
@@ -394,15 +395,16 @@ class Controller:
                     )
             _check_refs(conn, refs)
             conn.execute(t.jobs.insert(), rows)
-            persist.add_history(
-                conn,
-                [{"job": r["id"], "time": now, "state": "PENDING", "reason": ""} for r in rows],
-            )
+            persist.add_history(conn, history)
             return None
 
-        duplicate = self._writer().call(unit)
-        if duplicate is not None:
-            return duplicate
+        if spec.request_id is None and not refs:
+            # Nothing to check first: merged with concurrent submissions into one insert.
+            self._writer().insert([(t.jobs, rows), (t.job_history, history)])
+        else:
+            duplicate = self._writer().call(unit)
+            if duplicate is not None:
+                return duplicate
         live = [LiveJob.from_values(r, request, dependency) for r in rows]
         with self._lock:
             for job in live:
@@ -435,7 +437,7 @@ class Controller:
             if user is not None and user != principal.user:
                 raise Forbidden("a user lists only its own jobs")
             user = principal.user
-        stmt = sa.select(t.jobs).order_by(t.jobs.c.id.desc()).limit(limit + 1)
+        stmt = sa.select(*_LISTED).order_by(t.jobs.c.id.desc()).limit(limit + 1)
         if cursor is not None:
             if not cursor.isdigit():
                 raise Invalid("query.cursor", "not a cursor this server issued")
@@ -731,8 +733,7 @@ class Controller:
                 info = NodeInfo(node=new, state="unknown", source="agent")
                 self._nodes[node] = info
             elif info.node != new and not self._on_node.get(node):
-                self.book.remove_node(node)
-                self.book.add_node(new)
+                self.book.replace_node(new)
                 info.node = new
             info.inventory = dict(body.inventory)
             info.last_heartbeat = info.saved_heartbeat = now
@@ -1647,12 +1648,14 @@ class Controller:
 
     def _job_out(self, row: Any, history: Sequence[Any]) -> JobOut:
         live = self._jobs.get(row.job_id)
-        spec = row.spec
+        fields = row._mapping
+        # A listed row carries only the spec's paths (_LISTED), a full one the whole spec.
+        spec = fields.get("spec", fields)
         array_id = str(row.job_num) if row.array_task_id is not None else None
         default_out = "slurm-%A_%a.out" if array_id else "slurm-%j.out"
-        paths = {
-            key: expand_path(
-                spec.get(key) or spec.get("stdout") or default_out,
+        def expand(pattern: str) -> str:
+            return expand_path(
+                pattern,
                 workdir=spec["workdir"],
                 job_id=row.job_id,
                 array_job_id=array_id or row.job_id,
@@ -1660,8 +1663,11 @@ class Controller:
                 name=row.name,
                 user=row.user,
             )
-            for key in ("stdout", "stderr")
-        }
+
+        stdout = spec.get("stdout") or default_out
+        stderr = spec.get("stderr") or stdout
+        paths = {"stdout": expand(stdout)}
+        paths["stderr"] = paths["stdout"] if stderr == stdout else expand(stderr)
         request = row.request
         return JobOut(
             job_id=row.job_id,
@@ -1952,6 +1958,15 @@ class Controller:
             self._set_state(info, info.state)
         self._wake()
         return self.get_node(principal=principal, name=name)
+
+
+_LISTED = (
+    *(c for c in t.jobs.c if c.name not in ("spec", "assignments", "kill", "task_exits")),
+    t.jobs.c.spec["workdir"].as_string().label("workdir"),
+    t.jobs.c.spec["stdout"].as_string().label("stdout"),
+    t.jobs.c.spec["stderr"].as_string().label("stderr"),
+)
+"""What a job listing reads: the row without its large JSON, and the spec's paths only."""
 
 
 @dataclass(eq=False)

@@ -9,13 +9,17 @@ transaction holding its work has committed.
 A failing unit of work must not sink the others in its batch: when a batched
 transaction fails, the writer rolls it back and retries every unit alone,
 so each caller sees its own result or its own exception.
+
+Plain inserts (``insert``) are merged further: the rows of every insert in a
+batch go to the database as one statement per table (PostgreSQL: COPY for
+large ones), before the batch's other units run.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,10 +35,15 @@ MAX_BATCH = 512
 """Most units in one transaction: bounds how long one commit keeps the others waiting."""
 
 
+Rows = Sequence[tuple[sa.Table, Sequence[Mapping[str, Any]]]]
+"""Inserts: each table with its rows (every row of a table with the same keys)."""
+
+
 @dataclass(slots=True)
 class _Unit:
-    work: Work
+    work: Work | None
     future: Future[Any]
+    rows: Rows = ()
 
 
 class WriterStopped(RuntimeError):
@@ -74,6 +83,19 @@ class GroupWriter:
         """Run ``work`` in a committed transaction and return its result."""
         return self.submit(work).result()
 
+    def insert(self, rows: Rows) -> None:
+        """Insert ``rows`` (tables in dependency order) and return once committed.
+
+        Merged with the batch's other inserts, table by table in the order
+        first seen, ahead of its other units.
+        """
+        future: Future[None] = Future()
+        with self._lock:
+            if self._stopped:
+                raise WriterStopped("the store writer is stopped")
+            self._queue.put(_Unit(None, future, rows))
+        future.result()
+
     def stop(self) -> None:
         """Finish the queued work, then stop the thread. Idempotent."""
         with self._lock:
@@ -108,7 +130,13 @@ class GroupWriter:
         self.units += len(batch)
         try:
             with self.store.write() as conn:
-                results = [u.work(conn) for u in batch]
+                merged: dict[sa.Table, list[Mapping[str, Any]]] = {}
+                for u in batch:
+                    for table, rows in u.rows:
+                        merged.setdefault(table, []).extend(rows)
+                for table, rows in merged.items():
+                    self.store.insert(conn, table, rows)
+                results = [u.work(conn) if u.work is not None else None for u in batch]
         except Exception as e:
             if len(batch) == 1:
                 batch[0].future.set_exception(e)
