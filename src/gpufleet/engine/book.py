@@ -22,6 +22,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.node_down(node, now) -> [RunEnd]  # its runs are requeued
     book.node_up(node)
     book.add_node(node); book.remove_node(name)
+    book.replace_node(node)                # the same name described anew, where it stands
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
 
 ``apply`` first signals the plan's victims: one with no grace time is
@@ -337,10 +338,19 @@ class JobBook:
 
     def remove_node(self, name: str) -> None:
         """Take a node out of the cluster; ValueError while a run holds it."""
+        self._idle(name)
+        self._rebuild([n for n in self.state.nodes if n.name != name])
+
+    def replace_node(self, node: Node) -> None:
+        """Describe the node named ``node.name`` anew, keeping its index (placement ties go
+        to the lowest, so a node must not move); ValueError while a run holds it."""
+        self._idle(node.name)
+        self._rebuild([node if n.name == node.name else n for n in self.state.nodes])
+
+    def _idle(self, name: str) -> None:
         i = self._node(name)
         if self.on_node[i]:
             raise ValueError(f"node {name}: jobs run on it: {', '.join(sorted(self.on_node[i]))}")
-        self._rebuild([n for n in self.state.nodes if n.name != name])
 
     def _node(self, node: str | int) -> int:
         if isinstance(node, int):
