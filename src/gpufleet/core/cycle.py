@@ -100,7 +100,8 @@ __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
 
 Constraints = tuple[tuple[str, ...], tuple[str, ...], str, bool]
 """``Job.constraints``: nodelist, exclude, constraint, exclusive."""
-_NO_LIMITS: tuple[tuple[str, ...], tuple[str, ...], str] = ((), (), "")
+NodeChoice = tuple[tuple[str, ...], tuple[str, ...], str]
+"""The constraints that narrow a job's nodes: nodelist, exclude, constraint."""
 
 
 def _has_deps(job: Job) -> bool:
@@ -252,9 +253,9 @@ class _Cycle:
         self.planned = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str, Constraints], _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
-        self.constraint_masks: dict[Constraints, BoolArray] = {}
-        # Keyed by partition and constraints; shares self.planned, so stays current.
-        self.plain_access: dict[tuple[str, Constraints], Access] = {}
+        self.constraint_masks: dict[NodeChoice, BoolArray] = {}
+        # Keyed by partition and node choice; shares self.planned, so stays current.
+        self.plain_access: dict[tuple[str, NodeChoice | None], Access] = {}
         self.signalled_for: defaultdict[str, list[RunningJob]] = defaultdict(list)
         for r in snapshot.running:
             if r.job.id in snapshot.signalled:
@@ -426,16 +427,17 @@ class _Cycle:
         if nodes is None:
             nodes = partition_nodes(self.state, self.s.partitions[job.partition])
             self.partition_masks[job.partition] = nodes
-        limits = job.constraints
-        if limits[:3] != _NO_LIMITS:
-            mask = self.constraint_masks.get(limits)
+        where: NodeChoice | None = None
+        if job.nodelist or job.exclude or job.constraint:
+            where = job.nodelist, job.exclude, job.constraint
+            mask = self.constraint_masks.get(where)
             if mask is None:
-                mask = self.constraint_masks[limits] = node_mask(self.state, *limits[:3])
+                mask = self.constraint_masks[where] = node_mask(self.state, *where)
             nodes = nodes & mask
         if self.p.gate is None:
-            access = self.plain_access.get((job.partition, limits))
+            access = self.plain_access.get((job.partition, where))
             if access is None:
-                access = self.plain_access[job.partition, limits] = Access(nodes, self.planned)
+                access = self.plain_access[job.partition, where] = Access(nodes, self.planned)
         else:
             self.events += 1  # a gate's answer is per job
             access = self.p.gate.access(self.s, job, nodes, self.now)

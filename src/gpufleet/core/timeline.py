@@ -184,7 +184,7 @@ class Timeline:
         """
         t = np.maximum(self.node_times(r), max(self.now, not_before))
         if whole_nodes:
-            t = np.maximum(t, self._events().node_idle)
+            t = np.maximum(t, self._events().node_idle())
         t = np.where(nodes & (t < NEVER), blocks.shift(t, length), NEVER)
         k = r.nodes
         if int((t < NEVER).sum()) < k:
@@ -335,7 +335,15 @@ class _Events:
     milli: _Releases
     gmem: _Releases
     mig_end: IntArray
-    node_idle: IntArray  # per node, when its last holder lets go (now if none)
+    now: int
+    task_node: IntArray  # per task of a holder: its node and rounded end
+    task_end: IntArray
+
+    def node_idle(self) -> IntArray:
+        """Per node, when its last holder lets go (now if none)."""
+        idle = np.full(self.cpu.slots, self.now, dtype=np.int64)
+        np.maximum.at(idle, self.task_node, self.task_end)
+        return idle
 
     @classmethod
     def build(cls, st: ClusterState, f: _Flat, now: int, step: int) -> _Events:
@@ -354,13 +362,13 @@ class _Events:
         n = st.num_nodes
         cpu, mem = _Releases.build(f.node, end, (f.cpu, f.mem), n)
         milli, gmem = _Releases.build(slot, g_end, (f.g_milli, f.g_mem), n * width)
-        node_idle = np.full(n, now, dtype=np.int64)
-        np.maximum.at(node_idle, f.node, end)
         return cls(
             cpu=cpu,
             mem=mem,
             milli=milli,
             gmem=gmem,
             mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
-            node_idle=node_idle,
+            now=now,
+            task_node=f.node,
+            task_end=end,
         )
