@@ -12,7 +12,27 @@ from pathlib import Path
 
 import httpx
 
+from gpufleet.api.schemas import TERMINAL_STATES
+
 START_S = 60.0  # the first cycle compiles the placement kernels
+
+
+def submit(api: httpx.Client, job: dict[str, object]) -> str:
+    created = api.post("/v1/jobs", json=job)
+    assert created.status_code == 201, created.text
+    job_id: str = created.json()["job_id"]
+    return job_id
+
+
+def wait_state(api: httpx.Client, job_id: str) -> str:
+    """The job's state once it is final."""
+    deadline = time.monotonic() + START_S
+    while True:
+        job = api.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in TERMINAL_STATES:
+            return str(job["state"])
+        assert time.monotonic() < deadline, (job["job_id"], job["state"], job["reason"])
+        time.sleep(0.1)
 
 
 def test_up_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
@@ -40,16 +60,22 @@ def test_up_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
                 "workdir": str(tmp_path),
                 "stdout": str(out),
             }
-            created = api.post("/v1/jobs", json=job)
-            assert created.status_code == 201, created.text
-            job_id = created.json()["job_id"]
-            state = ""
-            deadline = time.monotonic() + START_S
-            while state != "COMPLETED":
-                assert time.monotonic() < deadline, state
+            job_id = submit(api, job)
+            assert wait_state(api, job_id) == "COMPLETED"
+            assert out.read_text() == f"hi from {job_id} on local\n"
+            # The time limit and a cancel, as the controller sees them.
+            sleeper = {"command": ["sleep", "30"], "workdir": str(tmp_path)}
+            timed = submit(api, {**sleeper, "time_limit_s": 1})
+            marker = tmp_path / "started"
+            touching = ["sh", "-c", f"touch {marker}; sleep 30"]
+            cancelled = submit(api, {**sleeper, "command": touching})
+            # Cancel once the agent runs it (a cancel between the controller's
+            # start and the agent's is the controller's backstop to resolve).
+            while not marker.exists():
                 time.sleep(0.1)
-                state = api.get(f"/v1/jobs/{job_id}").json()["state"]
-        assert out.read_text() == f"hi from {job_id} on local\n"
+            assert api.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+            assert wait_state(api, cancelled) == "CANCELLED"
+            assert wait_state(api, timed) == "TIMEOUT"
         up.send_signal(signal.SIGTERM)
         assert up.wait(10) == 0
         assert "gpufleet stopped" in up.stdout.read()
