@@ -180,15 +180,15 @@ def test_server_serves_tokens_from_the_cli_and_stops_on_sigterm(
     assert parked[0].status_code == 200
 
 
-def test_server_refuses_a_bad_config_and_a_busy_port(tmp_path: Path) -> None:
+def test_server_refuses_a_bad_config_and_a_busy_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[server]\ninterval_s = -1\nmystery = 1\n")
-    command = [sys.executable, "-m", "gpufleet.cli.main", "server", "--data", str(tmp_path)]
-    result = subprocess.run(
-        [*command, "--config", str(bad)], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 2
-    lines = result.stderr.splitlines()
+    command = ["server", "--data", str(tmp_path)]
+    code, out, err = _run([*command, "--config", str(bad)], capsys)
+    assert (code, out) == (2, "")
+    lines = err.splitlines()
     assert len(lines) == 2 and all(line.startswith(f"error: {bad}: server.") for line in lines)
     good = tmp_path / "good.toml"
     good.write_text(CONFIG)
@@ -196,15 +196,10 @@ def test_server_refuses_a_bad_config_and_a_busy_port(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = str(busy.getsockname()[1])
-        result = subprocess.run(
-            [*command, "--config", str(good), "--port", port],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 2
-    assert result.stderr.startswith("error: --port: cannot listen on 127.0.0.1:")
-    assert result.stderr.count("\n") == 1
+        code, out, err = _run([*command, "--config", str(good), "--port", port], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --port: cannot listen on 127.0.0.1:")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.xfail(

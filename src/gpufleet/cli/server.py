@@ -31,11 +31,15 @@ def _listen(host: str, port: int) -> socket.socket:
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        fail("--host", f"cannot listen on {host}: {e.strerror or e}")
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(2048)
     except OSError as e:
+        sock.close()
         fail("--port", f"cannot listen on {host}:{port}: {e.strerror or e}")
-    sock.listen(2048)
     return sock
 
 
