@@ -1,9 +1,9 @@
 """A live cluster on one host: the controller on a manual clock, served over HTTP on
 127.0.0.1, and one real ``gpufleet agent`` process per node running real job processes.
 
-Jobs run ``JOB_ARGV``: each task writes where it runs and which GPUs it was
-handed to ``MARKS/ID.NODE`` and then waits until ``release(ID)`` creates its
-release file, so the test decides when each run ends. ``close`` (also on
+Jobs run ``JOB_SCRIPT``: each task writes the GPUs its agent handed it to
+``marks/ID.NODE``, then waits until ``release(ID)`` creates its release
+file, so the test decides when each run ends. ``close`` (also on
 failure) releases every job, stops the agents, kills whatever job process
 is still there, then stops the server and the controller.
 """
@@ -30,6 +30,7 @@ from contract.scenario import BASE, NODES_FILE, Arrival
 from gpufleet.adapters.store import sqlite_url
 from gpufleet.agent.supervise import PROC_FILE, process_start, read_json
 from gpufleet.api.app import create_app
+from gpufleet.api.routers.agents import stop_long_polls
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.service import Controller, Principal
@@ -89,7 +90,8 @@ class LiveCluster:
         """Start the controller, serve it, start the agents; each undone by ``close``."""
         self._stack.callback(self.controller.stop)
         self.controller.start(loop=False)
-        self.url = self._stack.enter_context(serve(create_app(self.controller)))
+        self.app = create_app(self.controller)
+        self.url = self._stack.enter_context(serve(self.app))
         admin = Principal(user="root", role="admin")
         for who, p in self.built.principals.items():
             token = self.controller.create_token(principal=admin, name=who, user=who, role=p.role)
@@ -97,6 +99,7 @@ class LiveCluster:
         # Unwinding runs last in, first out: release the jobs, stop the agents, then
         # kill whatever job process is left, then the clients, server and controller.
         self._stack.callback(self._kill_jobs)
+        self._stack.callback(self._stop_agents)
         # Agents register in the reverse of the declared order: where a node stands in
         # the controller's book (placement ties go to the first) must not depend on it.
         for node in reversed(self.built.nodes):
@@ -124,17 +127,20 @@ class LiveCluster:
         # A session of its own: the agent is signalled alone, never the test's group.
         proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
         self.agents[node] = proc
-        self._stack.callback(self._stop_agent, proc)
 
-    @staticmethod
-    def _stop_agent(proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    def _stop_agents(self) -> None:
+        """SIGTERM every agent at once, then wait for all. Parked syncs answer first, so
+        that no agent waits out its long poll, nor the server's stop after."""
+        stop_long_polls(self.app)
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.agents.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def _release_all(self) -> None:
         """Let every job end by itself, so that little is left to kill."""
