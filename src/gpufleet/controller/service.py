@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import math
-import secrets
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -69,8 +68,8 @@ from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import check_spec, expand_path, request_from_json, request_to_json
 from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
 from gpufleet.controller.loop import SchedulerLoop
-from gpufleet.controller.persist import token_hash
 from gpufleet.controller.setup import ControllerSetup
+from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
     AccountOut,
     AuditEntry,
@@ -98,7 +97,6 @@ from gpufleet.policies.fairshare import FairshareArgs
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
-TOKEN_PREFIX = "gf_"
 DEFAULT_TIME_S = 3600
 PROFILE_REFRESH_S = 300.0
 """How often the placement profile is rebuilt for the recent submissions' workload."""
@@ -168,7 +166,7 @@ class Controller:
         self._on_node: dict[str, set[str]] = defaultdict(set)
         self._final: dict[str, tuple[str, int | None]] = {}
         self._cleanup: dict[str, LiveJob] = {}
-        self._tokens: dict[str, Principal | None] = {}
+        self._tokens = TokenCache(self.store)
         self._gen: dict[str, int] = defaultdict(int)
         self._answered: dict[str, int] = {}
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
@@ -225,28 +223,21 @@ class Controller:
     def authenticate(self, *, token: str) -> Principal | None:
         """The principal a bearer token stands for, or None if unknown or revoked.
 
-        Compares SHA-256 digests, so the secret is never stored.
+        Compares SHA-256 digests, so the secret is never stored. A token revoked
+        by another process stops working within ``tokens.CACHE_TTL_S`` seconds.
         """
-        if not token.startswith(TOKEN_PREFIX):
+        row = self._tokens.find(token)
+        if row is None:
             return None
-        digest = token_hash(token)
-        if digest in self._tokens:
-            return self._tokens[digest]
-        with self.store.read() as conn:
-            row = conn.execute(sa.select(t.tokens).where(t.tokens.c.hash == digest)).first()
-        found = None
-        if row is not None and not row.revoked:
-            spec = self._principals.get(row.user)
-            found = Principal(
-                user=row.user,
-                role=row.role,
-                token_id=row.id,
-                node=row.node,
-                account=spec.allowed[0] if spec and spec.allowed else "",
-                accounts=spec.allowed if spec else (),
-            )
-        self._tokens[digest] = found
-        return found
+        spec = self._principals.get(row.user)
+        return Principal(
+            user=row.user,
+            role=row.role,
+            token_id=row.id,
+            node=row.node,
+            account=spec.allowed[0] if spec and spec.allowed else "",
+            accounts=spec.allowed if spec else (),
+        )
 
     def create_token(
         self,
@@ -276,35 +267,14 @@ class Controller:
     def revoke_token(self, *, principal: Principal, token_id: str) -> None:
         """Revoke a token (admin only); NotFound if no such id. Idempotent. Audited."""
         _require(principal, "admin")
-        now = self.clock.now()
-
-        def unit(conn: sa.Connection) -> bool:
-            done = conn.execute(
-                t.tokens.update().where(t.tokens.c.id == token_id).values(revoked=True)
-            )
-            if done.rowcount == 0:
-                return False
-            persist.audit(
-                conn,
-                time=now,
-                who=principal.user,
-                action="token.revoke",
-                target=token_id,
-                detail={},
-            )
-            return True
-
-        if not self._writer().call(unit):
-            raise NotFound(f"token {token_id}: no such token")
+        revoke_token(self._writer(), token_id=token_id, now=self.clock.now(), who=principal.user)
         # A revoked token must stop working at once, so forget every cached answer.
         self._tokens.clear()
 
     def list_tokens(self, *, principal: Principal) -> list[TokenOut]:
         """Every token, revoked ones included (admin only), oldest first."""
         _require(principal, "admin")
-        with self.store.read() as conn:
-            rows = conn.execute(sa.select(t.tokens).order_by(t.tokens.c.created, t.tokens.c.id))
-            return [_token_out(r) for r in rows]
+        return list_tokens(self.store)
 
     # -- jobs --------------------------------------------------------------------
 
@@ -812,7 +782,8 @@ class Controller:
     # -- config and audit --------------------------------------------------------
 
     def get_config(self, *, principal: Principal) -> ConfigOut:
-        """The effective configuration and its version (admin)."""
+        """The effective configuration and its version (admin): version 0 and an empty
+        document until one is stored (no configuration file and no patch yet)."""
         _require(principal, "admin")
         with self.store.read() as conn:
             row = conn.execute(
@@ -1872,12 +1843,14 @@ class Controller:
         )
 
     def _node_state(self, name: str) -> str:
+        """What the node list shows. A drain shows whatever the agent's state (as
+        Slurm's ``drain``/``drng``), so a drain of a down or agentless node is seen."""
         info = self._nodes[name]
-        if info.state != "up":
-            return info.state
         busy = bool(self._on_node.get(name))
         if info.drain:
             return "draining" if busy else "drain"
+        if info.state != "up":
+            return info.state
         if not busy:
             return "idle"
         i = self.book.state.index[name]
@@ -2032,18 +2005,6 @@ def _require(principal: Principal, role: Role) -> None:
         raise Forbidden(f"needs the {role} role")
 
 
-def _token_out(row: Any) -> TokenOut:
-    return TokenOut(
-        id=row.id,
-        name=row.name,
-        user=row.user,
-        role=row.role,
-        node=row.node,
-        created=row.created,
-        revoked=row.revoked,
-    )
-
-
 def _check_refs(conn: sa.Connection, refs: Sequence[str]) -> None:
     """Invalid unless every job a dependency names exists."""
     if not refs:
@@ -2058,58 +2019,6 @@ def _check_refs(conn: sa.Connection, refs: Sequence[str]) -> None:
     missing = [r for r in refs if r not in found]
     if missing:
         raise Invalid("body.dependency", f"no job {missing[0]}")
-
-
-def issue_token(
-    writer: GroupWriter | Store,
-    *,
-    name: str,
-    user: str,
-    role: Role,
-    node: str | None,
-    now: float,
-    who: str = "system",
-) -> TokenCreated:
-    """Create and store a token; the secret is in the result only. Works without a server.
-
-    Invalid unless ``node`` is given exactly for role ``node``.
-    """
-    if (role == "node") != (node is not None):
-        raise Invalid("body.node", "give a node for, and only for, role node")
-    if role not in _RANK:
-        raise Invalid("body.role", f"must be one of {', '.join(_RANK)}")
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token_id = secrets.token_hex(8)
-    values = {
-        "id": token_id,
-        "name": name,
-        "user": user,
-        "role": role,
-        "node": node,
-        "hash": token_hash(secret),
-        "created": now,
-        "revoked": False,
-    }
-
-    def unit(conn: sa.Connection) -> None:
-        conn.execute(t.tokens.insert().values(**values))
-        persist.audit(
-            conn,
-            time=now,
-            who=who,
-            action="token.create",
-            target=token_id,
-            detail={"user": user, "role": role, "node": node, "name": name},
-        )
-
-    if isinstance(writer, Store):
-        with writer.write() as conn:
-            unit(conn)
-    else:
-        writer.call(unit)
-    return TokenCreated(
-        id=token_id, name=name, user=user, role=role, node=node, created=now, token=secret
-    )
 
 
 def _digest(document: Mapping[str, Any]) -> str:
