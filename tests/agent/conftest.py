@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,5 +17,7 @@ def launch(tmp_path: Path) -> Launches:
 
 
 @pytest.fixture
-def runner(tmp_path: Path) -> Runner:
-    return Runner(tmp_path / "state", "n1", same_user=True)
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    runner = Runner(tmp_path / "state", "n1", same_user=True)
+    yield runner
+    runner.close()

@@ -45,6 +45,7 @@ def running_agent(url: str, state: Path, token: str = "gf_node") -> Iterator[Age
     finally:
         agent.stop()
         thread.join(5)
+        runner.close()
         assert not thread.is_alive()
 
 
@@ -126,16 +127,12 @@ def test_an_unknown_node_registers_again(tmp_path: Path) -> None:
 
 def test_a_refused_token_ends_the_agent(tmp_path: Path) -> None:
     fake = FakeController()
+    runner = Runner(tmp_path / "state", "n1", same_user=True)
     with serve(fake) as url:
-        agent = Agent(
-            server=url,
-            token="wrong",
-            node="n1",
-            inventory=INVENTORY,
-            runner=Runner(tmp_path / "state", "n1", same_user=True),
-        )
+        agent = Agent(server=url, token="wrong", node="n1", inventory=INVENTORY, runner=runner)
         with pytest.raises(Refused) as refused:
             agent.run()
+    runner.close()
     assert refused.value.status == 401
 
 

@@ -8,14 +8,16 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.support import Launches, wait_ended
-from gpufleet.agent.runner import Runner
+from gpufleet.agent.runner import Runner, StateDirBusy
 
 
 def test_a_new_runner_reattaches_to_a_running_job(tmp_path: Path, launch: Launches) -> None:
     first = Runner(tmp_path / "state", "n1", same_user=True)
     first.start(launch("1", argv=["sleep", "30"]))
-    del first  # the agent stops; the job must not notice
+    first.close()  # the agent stops; the job must not notice
     second = Runner(tmp_path / "state", "n1", same_user=True)
     assert [(r.job_id, r.run) for r in second.running()] == [("1", 1)]
     time.sleep(0.2)
@@ -25,11 +27,19 @@ def test_a_new_runner_reattaches_to_a_running_job(tmp_path: Path, launch: Launch
     assert (report.state, report.signal) == ("signalled", signal.SIGTERM)
 
 
+def test_one_agent_per_state_directory(tmp_path: Path) -> None:
+    first = Runner(tmp_path / "state", "n1", same_user=True)
+    with pytest.raises(StateDirBusy, match="another agent is using it"):
+        Runner(tmp_path / "state", "n1", same_user=True)
+    first.close()
+    Runner(tmp_path / "state", "n1", same_user=True).close()
+
+
 def test_an_end_while_no_agent_ran_is_reported_after(tmp_path: Path, launch: Launches) -> None:
     first = Runner(tmp_path / "state", "n1", same_user=True)
     first.start(launch("2", argv=["sh", "-c", "sleep 0.2; exit 4"]))
     wait_ended(first)  # let it end, but never acknowledge it
-    del first
+    first.close()
     second = Runner(tmp_path / "state", "n1", same_user=True)
     assert second.running() == []
     [report] = second.reports()
@@ -39,7 +49,7 @@ def test_an_end_while_no_agent_ran_is_reported_after(tmp_path: Path, launch: Lau
 def test_time_limit_holds_across_an_agent_restart(tmp_path: Path, launch: Launches) -> None:
     first = Runner(tmp_path / "state", "n1", same_user=True)
     first.start(launch("3", argv=["sleep", "30"], time_limit_s=1))
-    del first
+    first.close()
     second = Runner(tmp_path / "state", "n1", same_user=True)
     report = wait_ended(second)["3"]
     assert (report.state, report.signal) == ("signalled", signal.SIGTERM)

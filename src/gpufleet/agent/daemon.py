@@ -157,13 +157,19 @@ class Agent:
         self.heartbeat_s = min(MAX_SYNC_WAIT_S, max(1.0, reply.heartbeat_interval_s))
         news = False
         for launch in reply.jobs_to_start:
-            if self.runner.start(launch):
-                news = True
-                log.info("started job %s run %d", launch.job_id, launch.run)
+            try:
+                if self.runner.start(launch):
+                    news = True
+                    log.info("started job %s run %d", launch.job_id, launch.run)
+            except OSError:  # the state directory itself failed (disk full): try again later
+                log.exception("cannot start job %s run %d", launch.job_id, launch.run)
         for kill in reply.jobs_to_kill:
-            if self.runner.kill(kill.job_id, kill.run, kill.signal, kill.grace_s, kill.reason):
-                news = True
-                log.info("killing job %s run %d (%s)", kill.job_id, kill.run, kill.reason)
+            try:
+                if self.runner.kill(kill.job_id, kill.run, kill.signal, kill.grace_s, kill.reason):
+                    news = True
+                    log.info("killing job %s run %d (%s)", kill.job_id, kill.run, kill.reason)
+            except OSError:
+                log.exception("cannot kill job %s run %d", kill.job_id, kill.run)
         if not news and (reply.jobs_to_start or reply.jobs_to_kill) and wait_s > 0:
             # The controller repeats a kill until the run is gone (and answers a
             # long poll at once when it does): pause instead of spinning, until

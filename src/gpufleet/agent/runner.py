@@ -45,12 +45,17 @@ Key = tuple[str, int]
 SAFE_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Job ids that are also safe directory names ("123", "123_4")."""
 DONE_TTL_S = 7 * 86400
+DIR_LOCK_WAIT_S = 1.0
 DEFAULT_WARN_BEFORE_S = 60  # Slurm's --signal default when no @seconds is given
 _SIGNAL_SPEC = re.compile(r"(B:)?([A-Za-z0-9]+)(?:@(\d+))?")
 
 
 class LaunchError(Exception):
     """A launch that cannot become a run (the message says why)."""
+
+
+class StateDirBusy(Exception):
+    """Another agent holds the state directory."""
 
 
 def job_environment(launch: JobLaunch, node: str) -> dict[str, str]:
@@ -116,6 +121,15 @@ class Runner:
         self._done = Path(state_dir) / "done"
         for path in (self._runs, self._done):
             path.mkdir(parents=True, exist_ok=True)
+        # Two agents on one state directory would each think the other's runs lost.
+        self._dir_lock = os.open(Path(state_dir) / "agent.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        # A child forked a moment ago holds the lock too until it execs: wait that out.
+        deadline = time.monotonic() + DIR_LOCK_WAIT_S
+        while not _try_lock(self._dir_lock):
+            if time.monotonic() > deadline:
+                os.close(self._dir_lock)
+                raise StateDirBusy(f"{state_dir}: another agent is using it")
+            time.sleep(0.02)
         # Runs as another user need to reach their own directory inside.
         self._runs.chmod(0o711)
         self._lock = threading.Lock()
@@ -234,6 +248,13 @@ class Runner:
                     (self._done / self._dir(key).name).touch()
                     shutil.rmtree(self._dir(key), ignore_errors=True)
 
+    def close(self) -> None:
+        """Let another Runner use the state directory (the runs go on)."""
+        with self._lock:
+            if self._dir_lock >= 0:
+                os.close(self._dir_lock)
+                self._dir_lock = -1
+
     # -- internals ---------------------------------------------------------------------
 
     def _running(self) -> list[RunRef]:
@@ -273,8 +294,10 @@ class Runner:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(launch.script)
             argv = [str(script)] if launch.script.startswith("#!") else ["/bin/sh", str(script)]
+        elif launch.argv:
+            argv = list(launch.argv)
         else:
-            argv = list(launch.argv or ())
+            raise LaunchError("launch: argv is empty")
         warn = parse_signal_spec(launch.signal) if launch.signal else None
         return {
             "job_id": launch.job_id,
@@ -349,18 +372,23 @@ class Runner:
         return report
 
 
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _lock_held(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return not _try_lock(fd)
     finally:
         os.close(fd)  # also releases the lock if we just took it
-    return False
 
 
 def _last_line(path: Path) -> str:

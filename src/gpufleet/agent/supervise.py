@@ -164,6 +164,8 @@ def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
         raise StartFailure(f"{argv[0]}: command not found") from None
     except OSError as e:
         raise StartFailure(f"{argv[0]}: {e.strerror}") from None
+    except ValueError as e:  # a NUL byte in an argument or the environment
+        raise StartFailure(f"{argv[0]}: {e}") from None
     finally:
         os.close(out)
         if err != out:

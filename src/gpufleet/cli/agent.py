@@ -61,7 +61,7 @@ def agent(
     """Run this node's agent: register its inventory, then run the jobs the controller starts."""
     from gpufleet.agent.daemon import Agent, Refused
     from gpufleet.agent.inventory import InventoryError, read_inventory
-    from gpufleet.agent.runner import Runner
+    from gpufleet.agent.runner import Runner, StateDirBusy
 
     try:
         declared = read_inventory(inventory, node)
@@ -71,6 +71,8 @@ def agent(
         runner = Runner(state_dir, declared.node.name, same_user=same_user)
     except OSError as e:
         _fail(f"--state-dir: {state_dir}: {e.strerror or e}")
+    except StateDirBusy as e:
+        _fail(f"--state-dir: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
     daemon = Agent(

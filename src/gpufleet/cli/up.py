@@ -105,7 +105,7 @@ def up(
     from gpufleet.adapters.store import Store, sqlite_url
     from gpufleet.agent.daemon import Agent, Refused
     from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
-    from gpufleet.agent.runner import Runner
+    from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.api.app import create_app
     from gpufleet.controller.config import ConfigError, load_config
     from gpufleet.controller.service import Controller, issue_token
@@ -133,6 +133,10 @@ def up(
         declared = read_inventory(inventory)
     except InventoryError as e:
         fail("", str(e))
+    try:
+        runner = Runner(data / "agent", declared.node.name, same_user=True)
+    except StateDirBusy:
+        fail("--data", f"{data}: another gpufleet up is using it")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
     url = sqlite_url(data)
@@ -176,7 +180,7 @@ def up(
         node=declared.node.name,
         inventory=declared.group,
         gpu_uuids=declared.gpu_ids,
-        runner=Runner(data / "agent", declared.node.name, same_user=True),
+        runner=runner,
         # Short polls: one in flight when the server stops must end within its grace.
         max_wait_s=STOP_GRACE_S / 2,
     )
