@@ -201,8 +201,9 @@ class TokenCreate(_Request):
 class ConfigPatch(_Request):
     """A JSON merge patch (RFC 7386) of the configuration document.
 
-    ``version``, if given, must be the current version, so that two admins
-    editing at once cannot silently overwrite each other.
+    ``version``, if given, must be the current version (0 while none is
+    stored), so that two admins editing at once cannot silently overwrite
+    each other.
     """
 
     patch: dict[str, Any]

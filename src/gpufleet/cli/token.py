@@ -6,8 +6,11 @@ migrate the store first if it is new. A token's secret is printed once, on
 stdout alone, so ``gpufleet token create ... > admin.token`` keeps it; the
 store holds only its SHA-256.
 
-A revocation made here reaches a running server when it next reads the
-token from the store.
+A running server trusts a token it has checked for a few seconds
+(``controller.tokens.CACHE_TTL_S``, 5 s), so a revocation made here stops
+the token there within that time.
+
+Only the store and ``controller.tokens`` are loaded, never the scheduler.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def create(
     import time
 
     from gpufleet.controller.errors import Invalid
-    from gpufleet.controller.service import issue_token
+    from gpufleet.controller.tokens import issue_token
 
     if role not in ROLES:
         fail("--role", f"{role!r} is not one of {', '.join(ROLES)}")
@@ -101,14 +104,10 @@ def list_tokens(
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Every token, revoked ones included, oldest first; never a secret."""
-    import sqlalchemy as sa
+    from gpufleet.controller.tokens import list_tokens as stored_tokens
 
-    from gpufleet.adapters.store import tables as t
-    from gpufleet.controller.views import TokenOut
-
-    with open_store(data, db) as store, store.read() as conn:
-        rows = conn.execute(sa.select(t.tokens).order_by(t.tokens.c.created, t.tokens.c.id))
-        tokens = [TokenOut.model_validate(row, from_attributes=True) for row in rows]
+    with open_store(data, db) as store:
+        tokens = stored_tokens(store)
     if as_json:
         print_json(tokens)
         return
@@ -130,24 +129,14 @@ def revoke(
     """Revoke a token; revoking it again changes nothing."""
     import time
 
-    from gpufleet.adapters.store import tables as t
-    from gpufleet.controller import persist
+    from gpufleet.controller.errors import NotFound
+    from gpufleet.controller.tokens import revoke_token
 
     if not token_id.isprintable():
         fail("ID", "must be printable")
-    with open_store(data, db) as store, store.write() as conn:
-        found = conn.execute(
-            t.tokens.update().where(t.tokens.c.id == token_id).values(revoked=True)
-        ).rowcount
-        if found:
-            persist.audit(
-                conn,
-                time=time.time(),
-                who="gpufleet token",
-                action="token.revoke",
-                target=token_id,
-                detail={},
-            )
-    if not found:
-        fail("ID", f"no token {token_id!r}")
+    with open_store(data, db) as store:
+        try:
+            revoke_token(store, token_id=token_id, now=time.time(), who="gpufleet token")
+        except NotFound:
+            fail("ID", f"no token {token_id!r}")
     typer.echo(f"token {token_id} revoked")

@@ -152,7 +152,8 @@ class AuditPage(BaseModel):
 
 
 class ConfigOut(BaseModel):
-    """The effective configuration document and its version (1 at first start)."""
+    """The effective configuration document and its version: 1 for the first one stored
+    (a configuration file at first start, or else the first patch), 0 before any."""
 
     version: int
     config: dict[str, Any]
