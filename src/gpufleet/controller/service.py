@@ -69,7 +69,8 @@ from gpufleet.controller.jobspec import check_spec, expand_path, request_from_js
 from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.setup import ControllerSetup
-from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
+from gpufleet.controller.tokens import TokenCache, list_tokens, revoke_token
+from gpufleet.controller.tokens import issue_token as issue_token  # re-exported: cli.up
 from gpufleet.controller.views import (
     AccountOut,
     AuditEntry,
