@@ -27,16 +27,18 @@ def eventually(check: Callable[[], bool], timeout: float = 8.0) -> None:
 
 
 @contextmanager
-def running_agent(url: str, state: Path, token: str = "gf_node") -> Iterator[Agent]:
+def running_agent(url: str, state: Path, max_wait_s: float = 0.3) -> Iterator[Agent]:
+    """An agent syncing in a thread; short long polls, so that it stops quickly."""
     runner = Runner(state, "n1", same_user=True)
     agent = Agent(
         server=url,
-        token=token,
+        token="gf_node",
         node="n1",
         inventory=INVENTORY,
         runner=runner,
         poll_s=0.05,
         max_backoff_s=0.5,
+        max_wait_s=max_wait_s,
     )
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
@@ -69,8 +71,8 @@ def test_register_start_report_acknowledge(tmp_path: Path, launch: Launches) -> 
 def test_the_report_does_not_wait_for_the_long_poll(tmp_path: Path, launch: Launches) -> None:
     fake = FakeController()
     fake.heartbeat_s = 30.0
-    fake.max_wait_s = 2.0  # without a flush, the report would wait for this long poll
-    with serve(fake) as url, running_agent(url, tmp_path / "state"):
+    # Without a flush of its own, the report would wait for the 2 s long poll.
+    with serve(fake) as url, running_agent(url, tmp_path / "state", max_wait_s=2.0):
         fake.want(launch("1", argv=["sleep", "0.3"]))
         started = time.monotonic()
         eventually(lambda: len(fake.reports) == 1, timeout=5)

@@ -257,7 +257,11 @@ class Supervisor:
         request = read_json(self.rundir / KILL_FILE)
         if request is not None:
             reason = request.get("reason") or "killed on request"
-            self._kill(signal_number(request["signal"]), int(request["grace_s"]), reason)
+            try:
+                sig = signal_number(request["signal"])
+            except ValueError:
+                sig = signal.SIGTERM  # the agent checks names; never ignore a kill
+            self._kill(sig, int(request["grace_s"]), reason)
 
     def _kill(self, sig: int, grace_s: int, reason: str) -> None:
         """Send ``sig`` to the job's group now and SIGKILL after ``grace_s``;
