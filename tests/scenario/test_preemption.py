@@ -10,6 +10,7 @@ import pytest
 
 from builders import node
 from gpufleet.core.job import Partition, QoS
+from gpufleet.core.plan import Plan
 from scenario.harness import Scenario, qjob
 
 NOW = 7200
@@ -147,7 +148,22 @@ def test_the_room_goes_to_the_job_once_the_victim_is_gone() -> None:
     sc = grace_scene()
     sc.step()
     assert sc.book is not None
+    # During the grace time a job arrives that comes first in the queue (an
+    # earlier submit time) and cannot preempt: it must not take the room.
+    sc.submit(qjob("early").gpus(8).submit(-1))
     sc.book.stop("cheap", NOW + 30, requeue=False)  # the grace time ran out: cancelled
+    assert sc.snapshot().promised.keys() == {"urgent"}
     out = sc.step(NOW + 30)
     assert out.starts == {"urgent": ["a"]} and out.preempted == {}
+    assert out.reasons == {"early": "Resources"}
     assert out.effects is not None and [s.job_id for s in out.effects.started] == ["urgent"]
+    assert sc.snapshot().promised == {}
+
+
+def test_a_promise_lasts_one_cycle() -> None:
+    sc = grace_scene()
+    sc.step()
+    assert sc.book is not None
+    sc.book.stop("cheap", NOW + 30, requeue=False)
+    sc.book.apply(Plan(), NOW + 30)  # a cycle that did not start urgent (say, it was held)
+    assert sc.snapshot().promised == {}

@@ -81,7 +81,7 @@ from gpufleet.core.protocols import (
     Preemptor,
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
-from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
+from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray, OverAllocation
 from gpufleet.core.timeline import NEVER, Blocks, PlannedStart, RunningEvents, Timeline
 
 __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
@@ -100,6 +100,8 @@ __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
 
 Constraints = tuple[tuple[str, ...], tuple[str, ...], str, bool]
 """``Job.constraints``: nodelist, exclude, constraint, exclusive."""
+_PROMISE = "promised:"
+"""Timeline key prefix of a promised room (not a job id the drivers make)."""
 NodeChoice = tuple[tuple[str, ...], tuple[str, ...], str]
 """The constraints that narrow a job's nodes: nodelist, exclude, constraint."""
 
@@ -257,6 +259,7 @@ class _Cycle:
         # Keyed by partition and node choice; shares self.planned, so stays current.
         self.plain_access: dict[tuple[str, NodeChoice | None], Access] = {}
         self.signalled_for: defaultdict[str, list[RunningJob]] = defaultdict(list)
+        self.promised = self._take_promised()
         for r in snapshot.running:
             if r.job.id in snapshot.signalled:
                 self.signalled_for[snapshot.signalled[r.job.id]].append(r)
@@ -378,7 +381,11 @@ class _Cycle:
         reasons[open_ & blocked] = PRIORITY
         reasons[nna] = NODE_NOT_AVAIL
         reasons[behind] = PRIORITY
-        return ~open_ | blocked | nna | behind, reasons
+        settled = ~open_ | blocked | nna | behind
+        if self.signalled_for or self.promised:  # a job with its own room is considered alone
+            ids = queue.column("id", object)
+            settled &= ~np.array([i in self.signalled_for or i in self.promised for i in ids])
+        return settled, reasons
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
@@ -407,13 +414,16 @@ class _Cycle:
         if shape.never:
             plan.reasons[job.id] = NODE_NOT_AVAIL
             return
+        if self._start_in_victims_room(job, access):  # its own room: no shape memo applies
+            self.events += 1
+            return
         backfill = self.p.backfill
         if job.time_limit_s < shape.failed_at and not (
             backfill and self.waiting and not backfill.may_test(self.tested)
         ):
             self.tested += 1
             self.events += 1
-            if self._start_in_victims_room(job, access) or self._start(job, access):
+            if self._start(job, access):
                 return
             if self._preempt(job, access):
                 for other in self.shapes.values():  # victims freed room: retry every shape
@@ -468,18 +478,19 @@ class _Cycle:
         return True
 
     def _start_in_victims_room(self, job: Job, access: Access) -> bool:
-        """Place ``job`` where the victims already signalled for it will let go.
+        """Place ``job`` where the victims already signalled for it will let go, or where
+        they have let go (the room promised to it).
 
         Their room is the job's: no other job may use it, and the job takes
         it rather than new victims. The driver starts the job once they are gone.
         """
         victims = self.signalled_for.get(job.id)
-        if not victims:
+        room = self.promised.get(job.id)
+        if not victims and room is None:
             return False
         mark = self.journal.mark()
-        for v in victims:
-            for a in v.assignments:
-                self.journal.release(a)
+        for a in [a for v in victims or () for a in v.assignments] + list(room or ()):
+            self.journal.release(a)
         usable = self._usable_now(job, access)
         if job.exclusive:
             usable = usable & idle_nodes(self.state)
@@ -489,11 +500,32 @@ class _Cycle:
             return False
         for a in placed:
             self.journal.log.append((1, a))
-        for v in victims:
+        for v in victims or ():
             self.tally.add(v.job, -1)
             self.timeline.remove(v.job.id)
+        if room is not None:
+            self.timeline.remove(_PROMISE + job.id)
         self._record_start(job, placed)
         return True
+
+    def _take_promised(self) -> dict[str, Sequence[Assignment]]:
+        """Allocate the rooms promised to pending jobs, so no other job takes them first."""
+        pending = {j.id: j for j in self.s.pending} if self.s.promised else {}
+        taken: dict[str, Sequence[Assignment]] = {}
+        for job_id, room in self.s.promised.items():
+            job = pending.get(job_id)
+            if job is None:
+                continue
+            mark = self.journal.mark()
+            try:
+                for a in room:
+                    self.journal.allocate(a)
+            except OverAllocation:  # no longer free: the job competes like any other
+                self.journal.rollback(mark)
+                continue
+            taken[job_id] = room
+            self.timeline.add(_PROMISE + job_id, room, self.now + job.time_limit_s)
+        return taken
 
     def _record_start(self, job: Job, placed: list[Assignment]) -> None:
         self.plan.starts[job.id] = placed

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from gpufleet.core.accounts import AccountUsage
 from gpufleet.core.columns import Rows
 from gpufleet.core.job import Job, Partition, QoS, Reservation, RunningJob
-from gpufleet.core.state import ClusterState, IntArray
+from gpufleet.core.state import Assignment, ClusterState, IntArray
 from gpufleet.core.timeline import RunningEvents
 
 FloatArray = npt.NDArray[np.float64]
@@ -39,7 +39,9 @@ class Snapshot:
     (``engine.UsageLedger.view``), which orderings prefer when given; any
     other type is a TypeError, not a silent fairshare of 0. ``signalled``
     maps each running job already told to stop (in its preemption grace
-    time) to the job it was preempted for.
+    time) to the job it was preempted for. ``promised`` maps a pending job
+    whose victims are gone to the room they left it (free in ``state``):
+    this cycle keeps that room for the job.
     """
 
     state: ClusterState
@@ -52,6 +54,7 @@ class Snapshot:
     fairshare: Mapping[str, float] = field(default_factory=dict)
     accounts: AccountUsage | None = None
     signalled: Mapping[str, str] = field(default_factory=dict)
+    promised: Mapping[str, Sequence[Assignment]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.accounts is not None and not isinstance(self.accounts, AccountUsage):

@@ -32,7 +32,9 @@ snapshot names it as signalled, for the job it was preempted for, so later
 cycles neither pick it again nor give its room to another job. Then it
 starts the plan's jobs; a start whose room a victim in its grace time still
 holds is ``deferred`` and the job stays pending. Victims named again, or no
-longer running, are skipped.
+longer running, are skipped. Once the last victim of a deferred job is
+gone, the room the plan gave the job is *promised* to it for the next
+cycle (``Snapshot.promised``): no other job may take it first.
 
 A requeued job goes back to the end of the queue as it was submitted, with
 the GPU service of the run added to ``gpu_seconds_attained``; a finished or
@@ -160,6 +162,9 @@ class JobBook:
         self.pending: dict[str, Job] = {}
         self.running: dict[str, RunningJob] = {}
         self.signals: dict[str, Signalled] = {}
+        # A deferred start's room, then, once its victims are gone, promised for one cycle.
+        self.deferred: dict[str, tuple[Assignment, ...]] = {}
+        self.promised: dict[str, tuple[Assignment, ...]] = {}
         self.runs: dict[str, int] = {}
         self.on_node: list[set[str]] = [set() for _ in self.state.nodes]
 
@@ -196,9 +201,12 @@ class JobBook:
     def withdraw(self, job_id: str) -> Job:
         """Take a pending job off the queue (cancelled or held away) and return it."""
         try:
-            return self.pending.pop(job_id)
+            job = self.pending.pop(job_id)
         except KeyError:
             raise UnknownJob(job_id) from None
+        self.deferred.pop(job_id, None)
+        self.promised.pop(job_id, None)
+        return job
 
     def snapshot(self, now: int) -> Snapshot:
         """What a cycle at ``now`` reads: reservations not yet over, usage as of ``now``."""
@@ -212,6 +220,7 @@ class JobBook:
             reservations=[r for r in self.reservations if r.end > now],
             accounts=self.ledger.view(now) if self.ledger is not None else None,
             signalled={v: s.for_job for v, s in self.signals.items()},
+            promised=dict(self.promised),
         )
 
     # -- carrying out a plan ---------------------------------------------------
@@ -230,10 +239,12 @@ class JobBook:
             # Backfill sees the victim let go when its grace time ends.
             self.running[p.job_id] = replace(r, expected_end=sig.deadline)
             effects.signalled.append(sig)
+        self.promised.clear()  # each promise lasts the one cycle that just planned
         for job_id, assignments in plan.starts.items():
             started = self._start(job_id, assignments, now)
             if started is None:
                 effects.deferred.append(job_id)
+                self.deferred[job_id] = tuple(assignments)
             else:
                 effects.started.append(started)
         return effects
@@ -245,6 +256,7 @@ class JobBook:
         if not self._allocate(assignments):
             return None  # a victim in its grace time still holds what the plan gave this job
         del self.pending[job_id]
+        self.deferred.pop(job_id, None)
         run = self.runs.get(job_id, 0) + 1
         self.runs[job_id] = run
         placed = tuple(assignments)
@@ -293,7 +305,7 @@ class JobBook:
     def _end(self, r: RunningJob, now: int, outcome: Outcome) -> RunEnd:
         job_id = r.job.id
         del self.running[job_id]
-        self.signals.pop(job_id, None)
+        sig = self.signals.pop(job_id, None)
         if self.ledger is not None:
             self.ledger.stop(r, now)
         for a in r.assignments:
@@ -311,7 +323,18 @@ class JobBook:
                 gpu_seconds_attained=attained,
             )
             self.pending[job_id] = job
+        if sig is not None:
+            self._promise(sig.for_job)
         return RunEnd(job_id, self.runs[job_id], outcome, start, now, r.assignments, job)
+
+    def _promise(self, job_id: str) -> None:
+        """The last victim of ``job_id`` is gone: its deferred room is promised to it."""
+        room = self.deferred.get(job_id)
+        if room is None or job_id not in self.pending:
+            return
+        if any(s.for_job == job_id for s in self.signals.values()):
+            return
+        self.promised[job_id] = self.deferred.pop(job_id)
 
     # -- nodes -----------------------------------------------------------------
     def node_down(self, node: str | int, now: int) -> list[RunEnd]:
@@ -386,6 +409,8 @@ class JobBook:
                 new.allocate(a)
             self.running[job_id] = replace(r, assignments=placed)
         self.state = new
+        self.deferred.clear()  # their node indices are stale: the next cycle plans anew
+        self.promised.clear()
         self.on_node = [set() for _ in new.nodes]
         for job_id, r in self.running.items():
             for a in r.assignments:

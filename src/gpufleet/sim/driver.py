@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
-from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation
+from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
 from gpufleet.core.model import MILLI, Node
 from gpufleet.core.placement import Placer
 from gpufleet.core.plan import Plan
@@ -240,8 +240,6 @@ class Simulation:
             ledger=self._build_ledger(shares or {}),
             reservations=reservations,
         )
-        self.state = self.book.state
-        self.pending, self.running = self.book.pending, self.book.running
         self.faults = (
             FaultModel(self.config.mtbf_s, self.config.mttr_s, self.config.seed)
             if self.config.mtbf_s
@@ -261,6 +259,18 @@ class Simulation:
         self.samples: list[Sample] = []
         self.next_sample = 0
         self.sample_s = self.config.sample_s or self._default_sample_s(jobs)
+
+    @property
+    def state(self) -> ClusterState:
+        return self.book.state
+
+    @property
+    def pending(self) -> dict[str, Job]:
+        return self.book.pending
+
+    @property
+    def running(self) -> dict[str, RunningJob]:
+        return self.book.running
 
     # -- set-up ----------------------------------------------------------------
     def _build_records(
