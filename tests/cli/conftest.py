@@ -1,22 +1,16 @@
-"""The real API app (``create_app``) served on 127.0.0.1 over the stand-in service."""
+"""One real ``gpufleet up`` per test module, with tokens for an admin, an operator
+(``ops``) and two users (``ada``, ``bob``); see ``live.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from standin import StandIn
 
-from api.live import serve
-from gpufleet.api.app import create_app
+from cli.live import SITE, Up, running_up
 
 
-@pytest.fixture
-def stand_in() -> StandIn:
-    return StandIn()
-
-
-@pytest.fixture
-def controller_url(stand_in: StandIn) -> Iterator[str]:
-    with serve(create_app(stand_in)) as url:  # type: ignore[arg-type]
-        yield url
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with running_up(tmp_path_factory.mktemp("up") / "data", SITE) as up:
+        yield up

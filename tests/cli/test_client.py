@@ -1,17 +1,19 @@
-"""The HTTP client against the real API app on 127.0.0.1 (over a stand-in service)."""
+"""The HTTP client against a real controller (``gpufleet up``) on 127.0.0.1."""
 
 from __future__ import annotations
 
 import re
 import socket
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-from standin import StandIn
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import Request
+from starlette.responses import Response
 
 from api.live import serve
+from cli.live import Up
 from gpufleet.adapters.client import (
     DEFAULT_URL,
     ApiError,
@@ -21,10 +23,11 @@ from gpufleet.adapters.client import (
     Unreachable,
     client_settings,
 )
-from gpufleet.api.app import create_app
 from gpufleet.api.schemas import JobSubmit
 
-SPEC = JobSubmit(name="t", script="#!/bin/sh\ntrue\n", workdir="/tmp")
+
+def spec(workdir: Path, name: str = "t") -> JobSubmit:
+    return JobSubmit(name=name, script="#!/bin/sh\ntrue\n", workdir=str(workdir))
 
 
 def no_sleep(_: float) -> None:
@@ -37,81 +40,102 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_submit_sets_a_request_id_and_reads_jobs_back(
-    controller_url: str, stand_in: StandIn
-) -> None:
-    with Client(controller_url, "gf_ada") as client:
-        submitted = client.submit(SPEC)
+def test_submit_reads_the_job_back(live: Up, tmp_path: Path) -> None:
+    with Client(live.url, live.tokens["ada"]) as client:
+        submitted = client.submit(spec(tmp_path))
         job = client.job(submitted.job_id)
-    assert stand_in.submissions[0].request_id  # a uuid4 was added
-    assert (job.state, job.user, job.stdout_path) == ("PENDING", "ada", "/tmp/slurm-1.out")
+    assert not submitted.duplicate
+    assert (job.user, job.account, job.partition) == ("ada", "lab", "gpu")
+    assert job.stdout_path == f"{tmp_path}/slurm-{submitted.job_id}.out"
+    assert live.wait_final(submitted.job_id, "ada") == "COMPLETED"
 
 
-def test_listing_follows_every_page(controller_url: str) -> None:
-    with Client(controller_url, "gf_ada") as client:
-        ids = [client.submit(SPEC).job_id for _ in range(7)]
+def test_listing_follows_every_page(live: Up, tmp_path: Path) -> None:
+    with Client(live.url, live.tokens["bob"]) as client:
+        ids = [client.submit(spec(tmp_path)).job_id for _ in range(7)]
         listed = [job.job_id for job in client.jobs(page_size=3)]  # pages of 3, 3 and 1
-    assert listed == ids[::-1]  # newest first
+    assert listed[:7] == ids[::-1]  # newest first; bob's older jobs, if any, follow
+
+
+FORWARDED = ("authorization", "content-type")
 
 
 class LoseFirstAnswer:
-    """Serves each request, but replaces the first answer to a submission with a 503,
-    as a proxy would when the controller's answer is lost after it committed."""
+    """A proxy to the controller that forwards every request, but answers the first
+    submission with a 503 after the controller committed it, as a proxy does when
+    the controller's answer is lost on the way back."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
         self.lost = 0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or self.lost:
-            await self.app(scope, receive, send)
-            return
-        self.lost += 1
+    async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
+        request = Request(scope, receive)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(base_url=self.upstream) as upstream:
+            forwarded = await upstream.request(
+                request.method,
+                request.url.path,
+                params=str(request.query_params),
+                headers={k: v for k, v in request.headers.items() if k in FORWARDED},
+                content=await request.body(),
+            )
+        if request.method == "POST" and not self.lost:
+            self.lost += 1
+            answer = Response(b"unavailable", status_code=503)
+        else:
+            kind = forwarded.headers.get("content-type")
+            answer = Response(forwarded.content, forwarded.status_code, media_type=kind)
+        await answer(scope, receive, send)  # type: ignore[arg-type]
 
-        async def swallow(message: Message) -> None:
-            pass
 
-        await self.app(scope, receive, swallow)
-        await send({"type": "http.response.start", "status": 503, "headers": []})
-        await send({"type": "http.response.body", "body": b"unavailable"})
-
-
-def test_a_retried_submission_creates_one_job(stand_in: StandIn) -> None:
-    flaky = LoseFirstAnswer(create_app(stand_in))  # type: ignore[arg-type]
-    with serve(flaky) as url, Client(url, "gf_ada", sleep=no_sleep) as client:
-        submitted = client.submit(SPEC)
+def test_a_retried_submission_creates_one_job(live: Up, tmp_path: Path) -> None:
+    name = f"once-{uuid.uuid4().hex[:8]}"
+    flaky = LoseFirstAnswer(live.url)
+    with serve(flaky) as url, Client(url, live.tokens["ada"], sleep=no_sleep) as client:  # type: ignore[arg-type]
+        submitted = client.submit(spec(tmp_path, name))  # no request_id: the client adds one
+        named = [job.job_id for job in client.jobs() if job.name == name]
     assert flaky.lost == 1
     assert submitted.duplicate
-    assert len(stand_in.jobs) == 1
+    assert named == [submitted.job_id]
 
 
-def test_problem_json_names_the_field(controller_url: str) -> None:
-    with Client(controller_url, "gf_ada") as client, pytest.raises(ApiError) as caught:
-        client.submit(SPEC.model_copy(update={"partition": "nope"}))
+def test_problem_json_names_the_field(live: Up, tmp_path: Path) -> None:
+    with Client(live.url, live.tokens["ada"]) as client, pytest.raises(ApiError) as caught:
+        client.submit(spec(tmp_path).model_copy(update={"partition": "nope"}))
     assert str(caught.value) == "body.partition: no partition 'nope'"
     assert (caught.value.status, caught.value.exit_code) == (422, 2)
 
 
-def test_not_found_and_conflict_are_one_line(controller_url: str) -> None:
-    with Client(controller_url, "gf_ada") as client:
-        with pytest.raises(ApiError, match=r"^not found: job 9 not found$"):
-            client.job("9")
-        job_id = client.submit(SPEC).job_id
+def test_not_found_and_conflict_are_one_line(live: Up, tmp_path: Path) -> None:
+    with Client(live.url, live.tokens["ada"]) as client:
+        with pytest.raises(ApiError, match=r"^not found: job 999999: no such job$"):
+            client.job("999999")
+        job_id = client.submit(spec(tmp_path).model_copy(update={"begin": 4_000_000_000})).job_id
         client.job_action(job_id, "cancel")
-        with pytest.raises(ApiError, match=r"^conflict: job 1 is cancelled$"):
+        with pytest.raises(ApiError) as caught:
             client.job_action(job_id, "hold")
+    message = f"conflict: job {job_id}: cannot hold a job that is CANCELLED"
+    assert (str(caught.value), caught.value.status) == (message, 409)
 
 
-def test_a_missing_token_says_how_to_give_one(controller_url: str) -> None:
-    with Client(controller_url) as client, pytest.raises(ApiError) as caught:
+def test_another_users_job_is_not_found(live: Up, tmp_path: Path) -> None:
+    with Client(live.url, live.tokens["ada"]) as ada:
+        job_id = ada.submit(spec(tmp_path)).job_id
+    with Client(live.url, live.tokens["bob"]) as bob, pytest.raises(ApiError) as caught:
+        bob.job(job_id)
+    assert caught.value.status == 404
+
+
+def test_a_missing_token_says_how_to_give_one(live: Up) -> None:
+    with Client(live.url) as client, pytest.raises(ApiError) as caught:
         client.nodes()
     assert caught.value.status == 401
     assert "set GPUFLEET_TOKEN" in str(caught.value)
 
 
-def test_a_user_cannot_drain(controller_url: str) -> None:
-    with Client(controller_url, "gf_ada") as client, pytest.raises(ApiError) as caught:
-        client.node_action("node01", "drain", "bad fan")
+def test_a_user_cannot_drain(live: Up) -> None:
+    with Client(live.url, live.tokens["ada"]) as client, pytest.raises(ApiError) as caught:
+        client.node_action("local", "drain", "bad fan")
     assert caught.value.status == 403
 
 
@@ -119,7 +143,7 @@ def test_connection_refused_names_the_url() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     slept: list[float] = []
     with Client(url, "gf_ada", sleep=slept.append) as client, pytest.raises(Unreachable) as e:
-        client.submit(SPEC)
+        client.submit(spec(Path("/tmp")))
     assert str(e.value) == (
         f"cannot reach the controller at {url} (is it running? see `gpufleet up`)"
     )

@@ -1,4 +1,4 @@
-"""The controller commands end to end: gpufleet's main() against the real API app."""
+"""The controller commands end to end: gpufleet's main() against ``gpufleet up``."""
 
 from __future__ import annotations
 
@@ -6,28 +6,45 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from standin import StandIn
 
+from cli.live import Up
 from gpufleet.cli.main import main
 from gpufleet.cli.output import compress_hostlist, duration
 
+HEADER = ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "START", "NODELIST(REASON)"]
+LATER = "--begin=now+1hour"  # a job that stays pending, for as long as a test needs
+
 
 @pytest.fixture
-def as_ada(monkeypatch: pytest.MonkeyPatch, controller_url: str, tmp_path: Path) -> str:
-    monkeypatch.setenv("GPUFLEET_URL", controller_url)
-    monkeypatch.setenv("GPUFLEET_TOKEN", "gf_ada")
+def as_ada(monkeypatch: pytest.MonkeyPatch, live: Up, tmp_path: Path) -> Up:
+    monkeypatch.setenv("GPUFLEET_URL", live.url)
+    monkeypatch.setenv("GPUFLEET_TOKEN", live.tokens["ada"])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
-    return controller_url
+    return live
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = main(list(argv))
     out, err = capsys.readouterr()
     return status, out, err
+
+
+def submit(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    status, out, err = run(capsys, "submit", "--parsable", *argv)
+    assert (status, err) == (0, ""), err
+    return out.strip()
+
+
+def shown(capsys: pytest.CaptureFixture[str], job_id: str) -> dict[str, object]:
+    status, out, _ = run(capsys, "show", job_id, "--json")
+    assert status == 0
+    job: dict[str, object] = json.loads(out)
+    return job
 
 
 def one_error(status: int, out: str, err: str, expected_status: int, start: str) -> None:
@@ -37,126 +54,175 @@ def one_error(status: int, out: str, err: str, expected_status: int, start: str)
 
 
 def test_submit_a_script_with_directives(
-    as_ada: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, stand_in: StandIn
+    as_ada: Up, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     script = tmp_path / "train.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --gres=gpu:a100:2 -t 10\npython train.py\n")
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --gres=gpu:1 -t 10\n#SBATCH -o %x-%j.out\n"
+        'echo "gpus=$CUDA_VISIBLE_DEVICES token=${GPUFLEET_TOKEN:-none}"\n'
+    )
     status, out, _ = run(capsys, "submit", "train.sh", "-p", "debug")
-    assert (status, out) == (0, "Submitted batch job 1\n")
-    spec = stand_in.submissions[0]
-    assert (spec.name, spec.gpus_per_node, spec.partition) == ("train.sh", 2, "debug")
-    assert spec.workdir == str(tmp_path)
-    assert "GPUFLEET_TOKEN" not in spec.env
+    assert status == 0 and out.startswith("Submitted batch job "), out
+    job_id = out.split()[-1]
+    job = shown(capsys, job_id)
+    assert (job["name"], job["gpus_per_node"], job["partition"]) == ("train.sh", 1, "debug")
+    assert (job["workdir"], job["time_limit_s"]) == (str(tmp_path), 600)
+    assert as_ada.wait_final(job_id, "ada") == "COMPLETED"
+    # One GPU was given; the submitting shell's token was not copied into the job.
+    written = (tmp_path / f"train.sh-{job_id}.out").read_text()
+    assert written.startswith("gpus=") and written.endswith(" token=none\n")
+    assert "," not in written
 
 
-def test_submit_wrap_json_and_parsable(as_ada: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_submit_wrap_json_and_parsable(as_ada: Up, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "submit", "--wrap", "hostname", "--json")
-    assert status == 0
-    assert json.loads(out)["job_id"] == "1"
-    assert run(capsys, "submit", "--parsable", "--wrap=true") == (0, "2\n", "")
+    submitted = json.loads(out)
+    assert (status, submitted["duplicate"]) == (0, False)
+    assert submitted["job_id"].isdigit()
+    status, out, _ = run(capsys, "submit", "--parsable", "--wrap=true")
+    assert status == 0 and int(out) > int(submitted["job_id"])
 
 
-def test_queue_lists_pending_jobs_with_reason_and_start(
-    as_ada: str, capsys: pytest.CaptureFixture[str]
+def test_queue_lists_jobs_with_reason_and_start(
+    as_ada: Up, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run(capsys, "submit", "--wrap=true", "-J", "first")
-    run(capsys, "submit", "--wrap=true", "-J", "second", "-N", "2")
-    run(capsys, "cancel", "1")
+    first = submit(capsys, "--wrap=true", "-J", "first", LATER)
+    second = submit(capsys, "--wrap=true", "-J", "second", "-N", "2", LATER)
+    assert run(capsys, "cancel", first) == (0, "", "")
     status, out, _ = run(capsys, "queue")
-    lines = out.splitlines()
+    lines = {line.split()[0]: line for line in out.splitlines()}
     assert status == 0
-    assert lines[0].split() == [
-        "JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "START", "NODELIST(REASON)"
-    ]  # fmt: skip
-    assert len(lines) == 2  # the cancelled job has ended
-    assert lines[1].split()[:7] == ["2", "gpu", "second", "ada", "PD", "0:00", "2"]
-    assert lines[1].endswith("(Resources)")
-    # every state, as JSON
+    assert lines["JOBID"].split() == HEADER
+    assert first not in lines  # it has ended
+    assert lines[second].split()[1:7] == ["gpu", "second", "ada", "PD", "0:00", "2"]
+    assert lines[second].endswith("(BeginTime)")
+    # every state, as JSON: running, completing and pending jobs first, then ended ones
     status, out, _ = run(capsys, "queue", "-t", "all", "--json")
-    # running, completing and pending jobs come first, then the ended ones
-    assert [(j["job_id"], j["state"]) for j in json.loads(out)] == [
-        ("2", "PENDING"),
-        ("1", "CANCELLED"),
-    ]
+    states = [(j["job_id"], j["state"]) for j in json.loads(out)]
+    assert states.index((second, "PENDING")) < states.index((first, "CANCELLED"))
     status, out, _ = run(capsys, "queue", "--state", "CA", "--json")
-    assert [j["job_id"] for j in json.loads(out)] == ["1"]
+    assert first in [j["job_id"] for j in json.loads(out)]
+    assert {j["state"] for j in json.loads(out)} == {"CANCELLED"}
+    run(capsys, "cancel", second)
 
 
-def test_queue_filters_by_user(as_ada: str, capsys: pytest.CaptureFixture[str]) -> None:
-    run(capsys, "submit", "--wrap=true")
-    assert run(capsys, "queue", "-u", "bob", "--json")[1] == "[]\n"
-    assert len(json.loads(run(capsys, "queue", "--me", "--json")[1])) <= 1
+def test_queue_filters_by_user(
+    as_ada: Up, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = submit(capsys, "--wrap=true", LATER)
+    one_error(*run(capsys, "queue", "-u", "bob"), 2, "queue: forbidden: a user lists only its own")
+    listed = json.loads(run(capsys, "queue", "-u", "ada,bob", "--json")[1])
+    assert mine in [j["job_id"] for j in listed]
+    monkeypatch.setenv("GPUFLEET_TOKEN", as_ada.tokens["ops"])
+    assert run(capsys, "queue", "-u", "bob", "--json")[1] == "[]\n"  # bob has none
+    listed = json.loads(run(capsys, "queue", "-u", "ada,bob", "--json")[1])
+    assert mine in [j["job_id"] for j in listed]
+    assert {j["user"] for j in listed} == {"ada"}
+    assert run(capsys, "cancel", mine)[0] == 0  # an operator cancels anyone's job
 
 
 def test_show_json_has_state_and_stdout_path(
-    as_ada: str, capsys: pytest.CaptureFixture[str]
+    as_ada: Up, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    run(capsys, "submit", "--wrap=true")
-    status, out, _ = run(capsys, "show", "1", "--json")
-    shown = json.loads(out)
-    assert (status, shown["state"], shown["stdout_path"]) == (0, "PENDING", shown["stdout_path"])
-    assert shown["stdout_path"].endswith("/slurm-1.out")
-    status, out, _ = run(capsys, "show", "1")
+    job_id = submit(capsys, "--wrap=echo out", LATER)
+    job = shown(capsys, job_id)
+    assert (job["state"], job["reason"]) == ("PENDING", "BeginTime")
+    assert job["stdout_path"] == f"{tmp_path}/slurm-{job_id}.out"
+    status, out, _ = run(capsys, "show", job_id)
+    assert status == 0
     assert ["JobState", "PENDING"] in [line.split() for line in out.splitlines()]
+    run(capsys, "cancel", job_id)
 
 
-def test_hold_release_requeue(
-    as_ada: str, capsys: pytest.CaptureFixture[str], stand_in: StandIn
-) -> None:
-    run(capsys, "submit", "--wrap=true")
-    assert run(capsys, "hold", "1")[0] == 0
-    assert stand_in.jobs["1"].held
-    assert run(capsys, "release", "1")[0] == 0
-    assert not stand_in.jobs["1"].held
-    assert run(capsys, "requeue", "1")[0] == 0
+def test_hold_release_requeue(as_ada: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    job_id = submit(capsys, "--wrap=true", LATER)
+    assert run(capsys, "hold", job_id)[0] == 0
+    assert shown(capsys, job_id)["held"] is True
+    assert run(capsys, "release", job_id)[0] == 0
+    assert shown(capsys, job_id)["held"] is False
+    run(capsys, "cancel", job_id)
+    ran = submit(capsys, "--wrap=true")
+    assert as_ada.wait_final(ran, "ada") == "COMPLETED"
+    assert run(capsys, "requeue", ran)[0] == 0  # a finished job runs again
+    assert as_ada.wait_final(ran, "ada") == "COMPLETED"
+    assert shown(capsys, ran)["restart_count"] == 1
 
 
 def test_cancel_reports_each_failure_and_goes_on(
-    as_ada: str, capsys: pytest.CaptureFixture[str], stand_in: StandIn
+    as_ada: Up, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run(capsys, "submit", "--wrap=true")
-    status, out, err = run(capsys, "cancel", "7", "1")
+    job_id = submit(capsys, "--wrap=true", LATER)
+    status, out, err = run(capsys, "cancel", "999999", job_id)
     assert (status, out) == (2, "")
-    assert err == "error: cancel 7: not found: job 7 not found\n"
-    assert stand_in.jobs["1"].state == "CANCELLED"
+    assert err == "error: cancel 999999: not found: job 999999: no such job\n"
+    assert shown(capsys, job_id)["state"] == "CANCELLED"
 
 
-def test_cluster_views(as_ada: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nodes_shows_each_gpus_allocation(
+    as_ada: Up, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = submit(capsys, "--wrap=sleep 30", "--gpus=1", "-c", "1")
+    shared = submit(capsys, "--wrap=sleep 30", "--gpu-fraction=0.25", "-c", "1")
+    deadline = time.monotonic() + 30
+    while {shown(capsys, j)["state"] for j in (whole, shared)} != {"RUNNING"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     status, out, _ = run(capsys, "nodes")
     assert status == 0
-    # node01: GPUs 0 and 1 whole, GPU 2 a quarter, GPU 3 free -> 2.25 of 4
-    assert out.splitlines()[1].split() == [
-        "node01", "mixed", "16/64", "0/512000", "2.25/4", "A100-80GBx4", "FF.25-", "-"
-    ]  # fmt: skip
-    for command, header in [
-        ("partitions", "PARTITION"),
-        ("qos", "NAME"),
-        ("accounts", "NAME"),
-        ("reservations", "NAME"),
-        ("fairshare", "ACCOUNT"),
-        ("usage", "USER"),
+    header, node = (line.split() for line in out.splitlines())
+    assert header == ["NODELIST", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GRES", "ALLOC",
+                      "REASON"]  # fmt: skip
+    # GPU 0 whole, a quarter of GPU 1 -> 1.25 of 2
+    assert [node[0], node[1], node[4], node[5], node[6]] == ["local", "mixed", "1.25/2", "L4x2",
+                                                             "F.25"]  # fmt: skip
+    assert node[2].startswith("2/")  # one CPU each
+    assert run(capsys, "cancel", whole, shared)[0] == 0
+    assert {as_ada.wait_final(j, "ada") for j in (whole, shared)} == {"CANCELLED"}
+
+
+def test_cluster_views(as_ada: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    for command, header, row in [
+        ("partitions", "PARTITION", ["debug", "no", "10:00"]),
+        ("qos", "NAME", ["normal", "(default)"]),
+        ("accounts", "NAME", ["lab", "account", "root"]),
+        ("reservations", "NAME", None),
+        ("fairshare", "ACCOUNT", ["lab", "ada"]),
+        ("usage", "USER", None),
     ]:
         status, out, err = run(capsys, command)
         assert (status, err) == (0, ""), command
-        assert out.split()[0] == header
+        lines = [line.split() for line in out.splitlines()]
+        assert lines[0][0] == header
+        if row is not None:
+            assert any(line[: len(row)] == row for line in lines), (command, out)
         status, out, _ = run(capsys, command, "--json")
         assert isinstance(json.loads(out), list)
 
 
-def test_usage_passes_the_range_and_key(as_ada: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_sums_gpu_hours_in_the_range(
+    as_ada: Up, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_id = submit(capsys, "--wrap=sleep 1", "--gpus=2")
+    assert as_ada.wait_final(job_id, "ada") == "COMPLETED"
     status, out, _ = run(capsys, "usage", "-S", "2024-05-01", "--by", "account", "--json")
-    assert status == 0
-    assert json.loads(out)[0]["key"].startswith("account:17145")  # 2024-05-01, local time
+    (row,) = json.loads(out)
+    assert (status, row["key"]) == (0, "lab")
+    assert row["jobs"] >= 1 and row["gpu_hours"] >= 2 / 3600  # two GPUs for a second or more
+    status, out, _ = run(capsys, "usage", "-S", "now-1minute", "-E", "now-30seconds", "--json")
+    assert (status, out) == (0, "[]\n")  # before the job ran
 
 
 def test_drain_needs_an_operator(
-    as_ada: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    as_ada: Up, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    one_error(*run(capsys, "drain", "node01", "--reason", "fan"), 2, "drain: forbidden: ")
-    monkeypatch.setenv("GPUFLEET_TOKEN", "gf_ops")
-    assert run(capsys, "drain", "node01", "--reason", "fan")[0] == 0
-    assert "fan" in run(capsys, "nodes")[1]
-    assert run(capsys, "resume", "node01")[0] == 0
+    one_error(*run(capsys, "drain", "local", "--reason", "fan"), 2, "drain: forbidden: ")
+    monkeypatch.setenv("GPUFLEET_TOKEN", as_ada.tokens["ops"])
+    try:
+        assert run(capsys, "drain", "local", "--reason", "fan")[0] == 0
+        assert run(capsys, "nodes")[1].splitlines()[1].split()[-1] == "fan"
+    finally:
+        assert run(capsys, "resume", "local")[0] == 0
+    assert run(capsys, "nodes")[1].splitlines()[1].split()[-1] == "-"
 
 
 @pytest.mark.parametrize(
@@ -166,14 +232,14 @@ def test_drain_needs_an_operator(
         (["submit", "missing.sh"], "submit: missing.sh: cannot read the script"),
         (["submit", "--wrap=true", "-p", "nope"], "submit: body.partition: no partition"),
         (["show", "abc"], "show: 'abc' is not a job id"),
-        (["show", "99"], "show: not found: job 99 not found"),
+        (["show", "999999"], "show: not found: job 999999: no such job"),
         (["queue", "-t", "XX"], "queue: --state: 'XX' is not a job state"),
         (["usage", "-S", "someday"], "usage: --starttime: 'someday' is not a time"),
         (["usage", "--by", "color"], "Invalid value for '--by'"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(
-    as_ada: str, capsys: pytest.CaptureFixture[str], argv: list[str], start: str
+    as_ada: Up, capsys: pytest.CaptureFixture[str], argv: list[str], start: str
 ) -> None:
     one_error(*run(capsys, *argv), 2, start)
 
