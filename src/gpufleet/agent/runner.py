@@ -112,11 +112,9 @@ class Runner:
         node: str,
         *,
         same_user: bool = False,
-        python: str = sys.executable,
     ) -> None:
         self.node = node
         self.same_user = same_user or os.geteuid() != 0
-        self._python = python
         self._runs = Path(state_dir) / "runs"
         self._done = Path(state_dir) / "done"
         for path in (self._runs, self._done):
@@ -326,10 +324,10 @@ class Runner:
             # Held from before the supervisor exists; it inherits the lock.
             fcntl.flock(lock, fcntl.LOCK_EX)
             os.set_inheritable(lock, True)
-            args = [self._python, "-m", "gpufleet.agent.supervise", str(rundir), str(lock)]
+            args = [sys.executable, "-m", "gpufleet.agent.supervise", str(rundir), str(lock)]
             log = str(rundir / supervise.LOG_FILE)
             return os.posix_spawn(
-                self._python,
+                sys.executable,
                 args + ([user.pw_name] if user else []),
                 os.environ,
                 file_actions=[

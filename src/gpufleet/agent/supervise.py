@@ -307,6 +307,9 @@ def _become(user: str) -> None:
 def main(argv: list[str]) -> int:
     """Supervise the run in ``argv[0]`` while holding the lock ``argv[1]`` (a file
     descriptor), as the user ``argv[2]`` when given (the agent runs as root then)."""
+    if len(argv) not in (2, 3) or not argv[1].isdigit():
+        print("usage: python -m gpufleet.agent.supervise RUNDIR LOCK_FD [USER]", file=sys.stderr)
+        return 2
     rundir = Path(argv[0])
     _lock_fd = int(argv[1])  # held open, never closed: the lock lives as long as we do
     if len(argv) > 2:
