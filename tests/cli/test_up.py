@@ -1,4 +1,6 @@
-"""``gpufleet up``: a one-machine cluster that runs a submitted job and stops cleanly."""
+"""``gpufleet up``: a one-machine cluster that runs submitted jobs, enforces
+limits and cancels through the real controller, stops cleanly, and finds its
+running jobs again when started anew."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -15,6 +19,36 @@ import httpx
 from gpufleet.api.schemas import TERMINAL_STATES
 
 START_S = 60.0  # the first cycle compiles the placement kernels
+
+
+@contextmanager
+def gpufleet_up(data: Path, log: Path) -> Iterator[tuple[str, httpx.Client]]:
+    """Run ``gpufleet up --data DATA``; yield its banner and an admin client.
+    Stops it with SIGTERM on leaving and requires a clean stop."""
+    argv = [sys.executable, "-m", "gpufleet.cli.main", "up", "--data", str(data), "--port", "0"]
+    with log.open("a") as err:
+        up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+    assert up.stdout is not None
+    try:
+        banner = ""
+        deadline = time.monotonic() + START_S
+        while "Stop with Ctrl-C." not in banner:
+            assert time.monotonic() < deadline and up.poll() is None, banner
+            banner += up.stdout.readline()
+        url = re.search(r"export GPUFLEET_URL=(\S+)", banner)
+        assert url is not None
+        token = (data / "admin.token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url[1], headers=headers) as api:
+            yield banner, api
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(10) == 0
+        assert "gpufleet stopped" in up.stdout.read()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        up.stdout.close()
 
 
 def submit(api: httpx.Client, job: dict[str, object]) -> str:
@@ -35,54 +69,53 @@ def wait_state(api: httpx.Client, job_id: str) -> str:
         time.sleep(0.1)
 
 
-def test_up_runs_a_job_and_stops_cleanly(tmp_path: Path) -> None:
+def wait_file(path: Path) -> None:
+    deadline = time.monotonic() + START_S
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def test_up_runs_jobs_and_stops_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "data"
     out = tmp_path / "stdout.txt"
-    log = (tmp_path / "up.log").open("w")
-    argv = [sys.executable, "-m", "gpufleet.cli.main", "up", "--data", str(data), "--port", "0"]
-    up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
-        assert up.stdout is not None
-        banner = ""
-        deadline = time.monotonic() + START_S
-        while "Stop with Ctrl-C." not in banner:
-            assert time.monotonic() < deadline and up.poll() is None, banner
-            banner += up.stdout.readline()
-        url = re.search(r"export GPUFLEET_URL=(\S+)", banner)
-        assert url is not None
+    with gpufleet_up(data, tmp_path / "up.log") as (banner, api):
         assert f"GPUFLEET_TOKEN=$(cat {data / 'admin.token'})" in banner
+        assert "gpufleet submit --wrap 'echo hi'" in banner
         assert "2 demo L4 GPUs" in banner or "NVIDIA GPUs" in banner
         assert stat.S_IMODE((data / "admin.token").stat().st_mode) == 0o600
-        token = (data / "admin.token").read_text().strip()
-        with httpx.Client(base_url=url[1], headers={"Authorization": f"Bearer {token}"}) as api:
-            job = {
-                "command": ["sh", "-c", "echo hi from $GPUFLEET_JOB_ID on $GPUFLEET_NODE"],
-                "workdir": str(tmp_path),
-                "stdout": str(out),
-            }
-            job_id = submit(api, job)
-            assert wait_state(api, job_id) == "COMPLETED"
-            assert out.read_text() == f"hi from {job_id} on local\n"
-            # The time limit and a cancel, as the controller sees them.
-            sleeper = {"command": ["sleep", "30"], "workdir": str(tmp_path)}
-            timed = submit(api, {**sleeper, "time_limit_s": 1})
-            marker = tmp_path / "started"
-            touching = ["sh", "-c", f"touch {marker}; sleep 30"]
-            cancelled = submit(api, {**sleeper, "command": touching})
-            # Cancel once the agent runs it (a cancel between the controller's
-            # start and the agent's is the controller's backstop to resolve).
-            while not marker.exists():
-                time.sleep(0.1)
-            assert api.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
-            assert wait_state(api, cancelled) == "CANCELLED"
-            assert wait_state(api, timed) == "TIMEOUT"
-        up.send_signal(signal.SIGTERM)
-        assert up.wait(10) == 0
-        assert "gpufleet stopped" in up.stdout.read()
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        if up.stdout is not None:
-            up.stdout.close()
-        log.close()
+        job = {
+            "command": ["sh", "-c", "echo hi from $GPUFLEET_JOB_ID on $GPUFLEET_NODE"],
+            "workdir": str(tmp_path),
+            "stdout": str(out),
+        }
+        job_id = submit(api, job)
+        assert wait_state(api, job_id) == "COMPLETED"
+        assert out.read_text() == f"hi from {job_id} on local\n"
+        # The time limit and a cancel, as the controller sees them.
+        sleeper = {"command": ["sleep", "30"], "workdir": str(tmp_path)}
+        timed = submit(api, {**sleeper, "time_limit_s": 1})
+        marker = tmp_path / "started"
+        touching = ["sh", "-c", f"touch {marker}; sleep 30"]
+        cancelled = submit(api, {**sleeper, "command": touching})
+        # Cancel once the agent runs it (a cancel between the controller's
+        # start and the agent's is the controller's backstop to resolve).
+        wait_file(marker)
+        assert api.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+        assert wait_state(api, cancelled) == "CANCELLED"
+        assert wait_state(api, timed) == "TIMEOUT"
+
+
+def test_a_new_up_finds_the_running_jobs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    marker = tmp_path / "started"
+    job = {"command": ["sh", "-c", f"touch {marker}; sleep 30"], "workdir": str(tmp_path)}
+    with gpufleet_up(data, tmp_path / "up.log") as (_, api):
+        job_id = submit(api, job)
+        wait_file(marker)
+    token = (data / "admin.token").read_text()
+    with gpufleet_up(data, tmp_path / "up.log") as (_, api):
+        assert (data / "admin.token").read_text() == token  # the same directory, reused
+        assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "RUNNING"
+        assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        assert wait_state(api, job_id) == "CANCELLED"
