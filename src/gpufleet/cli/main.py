@@ -19,7 +19,7 @@ from gpufleet.cli.lazy import LazyGroup
 
 app = typer.Typer(
     name="gpufleet",
-    help="GPU cluster scheduler: a controller, node agents and Slurm-style commands, and a simulator over the same core.",
+    help="GPU cluster scheduler: a controller, node agents, Slurm-style commands and a simulator.",
     no_args_is_help=True,
     add_completion=False,
     cls=LazyGroup,  # loads `sim` (numba, matplotlib) only when it is run
