@@ -236,6 +236,8 @@ def test_drain_needs_an_operator(
         (["queue", "-t", "XX"], "queue: --state: 'XX' is not a job state"),
         (["usage", "-S", "someday"], "usage: --starttime: 'someday' is not a time"),
         (["usage", "--by", "color"], "Invalid value for '--by'"),
+        (["usage", "--export", "h.jsonl", "--json"], "usage: --export writes JSON Lines"),
+        (["usage", "--export", "no/such/dir/h.jsonl"], "usage: --export: no/such/dir/h.jsonl: "),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(

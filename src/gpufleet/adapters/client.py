@@ -196,8 +196,10 @@ class Client:
         idempotent: bool,
         params: Sequence[tuple[str, str | int | float]] = (),
         body: Mapping[str, Any] | None = None,
+        text: bool = False,
     ) -> Any:
-        """The decoded JSON answer; raise ApiError or Unreachable."""
+        """The decoded JSON answer (``text``: a success's body as text); raise ApiError or
+        Unreachable."""
         for attempt in range(self._attempts):
             last = attempt == self._attempts - 1
             try:
@@ -220,7 +222,7 @@ class Client:
                 if response.status_code in RETRY_STATUSES and idempotent and not last:
                     self._sleep(self._backoff_s * 2**attempt)
                     continue
-                return self._decode(response)
+                return response.text if text and response.is_success else self._decode(response)
             self._sleep(self._backoff_s * 2**attempt)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -316,6 +318,15 @@ class Client:
     ) -> list[UsageRow]:
         """GPU-hours per key over [start, end) (the server's defaults: 0 and now)."""
         return _validate_list(UsageRow, self._get("/v1/usage", start=start, end=end, by=by))
+
+    def usage_export(self, *, start: float | None = None, end: float | None = None) -> str:
+        """The finished jobs submitted in [start, end) as history JSON Lines, the format of
+        ``gpufleet sim run --trace history:FILE``."""
+        pairs = [(k, v) for k, v in (("start", start), ("end", end)) if v is not None]
+        answer: str = self._request(
+            "GET", "/v1/usage/export", idempotent=True, params=pairs, text=True
+        )
+        return answer
 
 
 def _segment(text: str) -> str:

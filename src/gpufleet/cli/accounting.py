@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,6 +37,14 @@ def usage(
         UsageKey, typer.Option("--by", help="Group by user, account, partition or qos.")
     ] = "user",
     json_out: Json = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="Write the finished jobs submitted in the range to FILE as history JSON "
+            "Lines, for gpufleet sim run --trace history:FILE.",
+        ),
+    ] = None,
 ) -> None:
     """GPU-hours used over a time range, like sreport: runs are clipped to the range.
 
@@ -43,6 +52,17 @@ def usage(
     """
     start = _when("--starttime", starttime)
     end = _when("--endtime", endtime)
+    if export is not None:
+        if json_out:
+            fail("usage", "--export writes JSON Lines itself: leave out --json")
+        with reporting("usage"), connect() as client:
+            history = client.usage_export(start=start, end=end)
+        try:
+            export.write_text(history)
+        except OSError as e:
+            fail("usage", f"--export: {export}: {e.strerror or e}")
+        typer.echo(f"{len(history.splitlines())} finished jobs written to {export}")
+        return
     with reporting("usage"), connect() as client:
         rows = client.usage(start=start, end=end, by=by)
     if json_out:
