@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy as sa
 
 from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
+from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import RunReport
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from store.databases import Database
@@ -235,3 +237,17 @@ def test_a_listing_shows_what_the_job_itself_shows(cluster: Cluster) -> None:
         assert job == ctl.get_job(principal=ANA, job_id=job_id).model_copy(update={"history": []})
     assert listed[ids[0]].stdout_path == f"/tmp/out-{ids[0]}.txt"
     assert listed[ids[0]].stderr_path == "/logs/job.err"
+
+
+def test_a_stored_submission_event_is_shown_once(cluster: Cluster) -> None:
+    # Stores written before submissions stopped writing a history row keep theirs.
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec(array="0-2")).job_id + "_1"
+    out = ctl.get_job(principal=ANA, job_id=job)
+    assert [(e.time, e.state) for e in out.history] == [(out.submit_time, "PENDING")]
+    with ctl.store.write() as conn:
+        pk = conn.execute(sa.select(t.jobs.c.id).where(t.jobs.c.job_id == job)).scalar_one()
+        conn.execute(
+            t.job_history.insert().values(job=pk, time=out.submit_time, state="PENDING", reason="")
+        )
+    assert [e.state for e in ctl.get_job(principal=ANA, job_id=job).history] == ["PENDING"]

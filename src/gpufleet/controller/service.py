@@ -69,8 +69,7 @@ from gpufleet.controller.jobspec import check_spec, expand_path, request_from_js
 from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.setup import ControllerSetup
-from gpufleet.controller.tokens import TokenCache, list_tokens, revoke_token
-from gpufleet.controller.tokens import issue_token as issue_token  # re-exported: cli.up
+from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
     AccountOut,
     AuditEntry,
@@ -346,7 +345,7 @@ class Controller:
             for i, task in enumerate(tasks)
         ]
         refs = dependency.refs if dependency else ()
-        history = [{"job": r["id"], "time": now, "state": "PENDING", "reason": ""} for r in rows]
+        # No history row for the submission: ``get_job`` shows it from submit_time.
 
         def unit(conn: sa.Connection) -> Submitted | None:
             if spec.request_id is not None:
@@ -365,13 +364,12 @@ class Controller:
                         job_id=str(dup.job_num), array_task_count=count, duplicate=True
                     )
             _check_refs(conn, refs)
-            conn.execute(t.jobs.insert(), rows)
-            persist.add_history(conn, history)
+            self.store.insert(conn, t.jobs, rows)
             return None
 
         if spec.request_id is None and not refs:
             # Nothing to check first: merged with concurrent submissions into one insert.
-            self._writer().insert([(t.jobs, rows), (t.job_history, history)])
+            self._writer().insert([(t.jobs, rows)])
         else:
             duplicate = self._writer().call(unit)
             if duplicate is not None:
@@ -429,11 +427,15 @@ class Controller:
         """One job with its full history; NotFound if absent or not the caller's."""
         with self.store.read() as conn:
             row = self._visible_row(conn, principal, job_id)
-            history = conn.execute(
+            history: Sequence[Any] = conn.execute(
                 sa.select(t.job_history.c.time, t.job_history.c.state, t.job_history.c.reason)
                 .where(t.job_history.c.job == row.id)
                 .order_by(t.job_history.c.id)
             ).all()
+        if not history or history[0].state != "PENDING":
+            # The submission is the first event and has no row (stores older than
+            # that have one, so it is not shown twice).
+            history = [_Event(row.submit_time, "PENDING", ""), *history]
         return self._job_out(row, history)
 
     def read_output(
@@ -1941,6 +1943,15 @@ _LISTED = (
     t.jobs.c.spec["stderr"].as_string().label("stderr"),
 )
 """What a job listing reads: the row without its large JSON, and the spec's paths only."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """A history entry not stored as a row (a job's submission)."""
+
+    time: float
+    state: str
+    reason: str
 
 
 @dataclass(eq=False)
