@@ -1,0 +1,105 @@
+"""The shell commands in the docs run as written.
+
+Which blocks run:
+
+* ``docs/cli.md`` and ``docs/operations.md``: every fenced block whose info
+  string starts with ``sh``, except those whose info string also says
+  ``no-run`` (```` ```sh no-run ````): commands that need a real cluster,
+  root or systemd.
+* ``README.md``: only blocks marked ```` ```sh live ````, the commands meant
+  to run against a running controller (the other ``sh`` blocks install the
+  package or run long experiments).
+
+(``docs/api.md`` has its own test, ``tests/api/test_docs.py``.)
+
+A page's blocks run in order as one bash script, under ``set -eu`` with
+each command traced, from an empty directory; every command must exit 0.
+The pages start their own ``gpufleet up`` or ``gpufleet server`` in the
+background; at the end every background job is stopped with SIGTERM and
+must exit 0. To keep tests off shared places, the script is rewritten
+first, and only so: ``/tmp/``, ``/etc/gpufleet/`` and ``/var/lib/gpufleet/``
+become directories of the test's own, the port ``6817`` a free one (also
+for ``gpufleet up`` and ``gpufleet server``, which default to it), the
+host ``controller.example.org`` and the address ``0.0.0.0``
+``127.0.0.1``, and ``sudo`` is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli.live import gpufleet_env
+
+ROOT = Path(__file__).parents[2]
+FENCE = re.compile(r"^```(sh[^\n]*)\n(.*?)^```", re.S | re.M)
+PAGES = {"docs/cli.md": "all", "docs/operations.md": "all", "README.md": "live"}
+TIMEOUT_S = 240
+
+
+def runnable_blocks(text: str, which: str) -> list[str]:
+    """The page's shell blocks that run: ``all`` but ``no-run`` ones, or ``live`` only."""
+    blocks = []
+    for info, body in FENCE.findall(text):
+        words = info.split()
+        if words[0] != "sh":
+            continue
+        if ("live" in words) if which == "live" else ("no-run" not in words):
+            blocks.append(body)
+    return blocks
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def localized(script: str, tmp: Path, port: int) -> str:
+    """``script`` with the shared places replaced by the test's own (see the module doc)."""
+    places = {"/etc/gpufleet": "etc-gpufleet", "/var/lib/gpufleet": "var-gpufleet", "/tmp": "scratch"}
+    for own in places.values():
+        (tmp / own).mkdir(exist_ok=True)
+    # One pass, so that a replacement (itself under /tmp) is not replaced again.
+    script = re.sub(
+        r"(/etc/gpufleet|/var/lib/gpufleet|/tmp)\b", lambda m: f"{tmp}/{places[m[1]]}", script
+    )
+    script = re.sub(r"\bsudo ", "", script)
+    script = re.sub(r"\bgpufleet (up|server)\b", rf"gpufleet \1 --port {port}", script)
+    script = script.replace("controller.example.org", "127.0.0.1").replace("0.0.0.0", "127.0.0.1")
+    return script.replace(":6817", f":{port}")
+
+
+def test_the_fence_convention() -> None:
+    page = "```sh\na\n```\n```sh no-run\nb\n```\n```sh live\nc\n```\n```toml\nd\n```\n"
+    assert runnable_blocks(page, "all") == ["a\n", "c\n"]
+    assert runnable_blocks(page, "live") == ["c\n"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the pages wait with curl")
+@pytest.mark.parametrize("page", list(PAGES))
+def test_the_commands_run_as_written(page: str, tmp_path: Path) -> None:
+    blocks = runnable_blocks((ROOT / page).read_text(), PAGES[page])
+    if not blocks:
+        pytest.skip(f"{page} has no runnable blocks")
+    work = tmp_path / "work"
+    work.mkdir()
+    script = localized("".join(blocks), tmp_path, free_port())
+    assert "/tmp/" not in script.replace(str(tmp_path), ""), script
+    stop = 'for p in $(jobs -p); do kill -TERM "$p"; wait "$p"; done\necho END-OF-COMMANDS\n'
+    result = subprocess.run(
+        ["bash", "-c", f"set -eux\n{script}\n{stop}"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=gpufleet_env(GPUFLEET_PAGE=page),
+        cwd=work,
+    )
+    trace = result.stderr[-4000:]
+    assert result.returncode == 0, trace
+    assert result.stdout.rstrip().endswith("END-OF-COMMANDS"), trace
