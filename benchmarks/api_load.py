@@ -241,7 +241,7 @@ def site(root: Path, kind: str, pg_url: str, *, heartbeat_s: int = 30) -> Iterat
 
 
 def _token(store: Store, user: str, role: Any, node: str | None, now: float) -> str:
-    from gpufleet.controller.service import issue_token
+    from gpufleet.controller.tokens import issue_token
 
     return issue_token(store, name="bench", user=user, role=role, node=node, now=now).token
 

@@ -24,8 +24,13 @@ DEFAULT_PORT = 6817  # slurmctld's port: a scheduler's controller, where admins 
 SHUTDOWN_GRACE_S = 5
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port``, bound here so a busy port is one clear line."""
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` for uvicorn's ``sockets=``.
+
+    Bound here, before the controller starts, so that a busy port or an
+    unknown host is one line naming ``--port`` or ``--host`` (exit 2)
+    instead of a traceback from the server. ``gpufleet up`` uses it too.
+    """
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -43,10 +48,14 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _exit_quietly(signum: int, _frame: object) -> None:
-    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again
-    # under the handler found before it started: this one, so the process
-    # unwinds (stopping the controller) and exits 0 instead of dying of it.
+def exit_quietly(signum: int, _frame: object) -> None:
+    """A signal handler that raises ``SystemExit(0)``: install it before uvicorn runs.
+
+    uvicorn shuts down gracefully on SIGTERM or SIGINT, then raises the signal
+    again under the handler found before it started: this one, so the process
+    unwinds through its ``finally`` (stopping the controller) and exits 0
+    instead of dying of the signal.
+    """
     raise SystemExit(0)
 
 
@@ -86,7 +95,7 @@ def server(
         data.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail("--data", f"{data}: {e.strerror or e}")
-    sock = _listen(host, port)
+    sock = listen(host, port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     setup = setup_from_config(built, loaded.to_dict())
     controller = Controller(setup=setup, db_url=db or sqlite_url(data))
@@ -107,7 +116,7 @@ def server(
                 stop_long_polls(app)
                 super().handle_exit(sig, frame)
 
-        signal.signal(signal.SIGTERM, _exit_quietly)
+        signal.signal(signal.SIGTERM, exit_quietly)
         Server(
             uvicorn.Config(
                 app,

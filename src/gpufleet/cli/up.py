@@ -37,7 +37,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.output import fail
-from gpufleet.cli.server import DEFAULT_PORT, _exit_quietly, _listen
+from gpufleet.cli.server import DEFAULT_PORT, exit_quietly, listen
 
 NODE = "local"
 DEMO_GPUS = '{ model = "L4", count = 2, nvlink = "none" }'
@@ -108,8 +108,9 @@ def up(
     from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.api.app import create_app
     from gpufleet.controller.config import ConfigError, load_config
-    from gpufleet.controller.service import Controller, issue_token
+    from gpufleet.controller.service import Controller
     from gpufleet.controller.setup import setup_from_config
+    from gpufleet.controller.tokens import issue_token
 
     try:
         data.mkdir(parents=True, exist_ok=True)
@@ -165,7 +166,7 @@ def up(
             store.close()
     except (SQLAlchemyError, OSError) as e:
         fail("--data", f"cannot prepare the store: {str(e).splitlines()[0]}", 1)
-    sock = _listen(host, port)
+    sock = listen(host, port)
     controller = Controller(setup=setup_from_config(built, loaded.to_dict()), db_url=url)
     try:
         controller.start()
@@ -206,7 +207,7 @@ def up(
         # uvicorn re-raises the signal it stopped on under the handler found
         # before it: this one unwinds through the finally below and exits 0.
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _exit_quietly)
+            signal.signal(sig, exit_quietly)
         Server(
             uvicorn.Config(
                 app, lifespan="off", log_level="warning", timeout_graceful_shutdown=STOP_GRACE_S
