@@ -120,6 +120,10 @@ BAD = [
         "[[policy.partitions]]\nname = 'p'\nallowed_qos = ['x']\n",
         "policy.partitions.p.allowed_qos: unknown QoS 'x'",
     ),
+    (
+        "[[policy.partitions]]\nname = 'p'\ndefault_time_s = 7200\nmax_time_s = 3600\n",
+        "policy.partitions.p.default_time_s: 7200 s is over max_time_s (3600 s)",
+    ),
     (ACCOUNT + "parent = 'org'\n", "policy.accounts.vision.parent: unknown account 'org'"),
     (ACCOUNT + "shares = 0\n", "policy.accounts.vision.shares: must be a positive"),
     (ACCOUNT * 2, "policy.accounts.vision: defined twice"),

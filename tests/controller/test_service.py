@@ -11,6 +11,7 @@ from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import RunReport
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
+from gpufleet.core.job import Partition
 from store.databases import Database
 
 
@@ -251,3 +252,25 @@ def test_a_stored_submission_event_is_shown_once(cluster: Cluster) -> None:
             t.job_history.insert().values(job=pk, time=out.submit_time, state="PENDING", reason="")
         )
     assert [e.state for e in ctl.get_job(principal=ANA, job_id=job).history] == ["PENDING"]
+
+
+def test_a_time_limit_over_the_partitions_maximum_is_refused_at_submission(db: Database) -> None:
+    partitions = {
+        "short": Partition("short", default_time_s=0, max_time_s=1800),
+        "odd": Partition("odd", default_time_s=7200, max_time_s=3600),  # a setup built by hand
+    }
+    cluster = Cluster(db, partitions=partitions)
+    try:
+        ctl = cluster.ctl
+        with pytest.raises(Invalid) as e:
+            ctl.submit(principal=ANA, spec=spec(partition="short", time_limit_s=1801))
+        assert e.value.field == "body.time_limit_s"
+        with pytest.raises(Invalid) as e:
+            ctl.submit(principal=ANA, spec=spec(partition="odd"))
+        assert (e.value.field, "default" in e.value.message) == ("body.time_limit_s", True)
+        assert ctl.list_jobs(principal=ANA).jobs == []
+        # No default time: the partition's maximum, as Slurm gives.
+        job = ctl.submit(principal=ANA, spec=spec(partition="short")).job_id
+        assert ctl.get_job(principal=ANA, job_id=job).time_limit_s == 1800
+    finally:
+        cluster.ctl.stop()

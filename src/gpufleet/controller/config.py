@@ -368,6 +368,11 @@ def _policy_problems(policy: PolicyConfig) -> list[str]:
         key = f"policy.partitions.{p.name}"
         problems += _unknown(f"{key}.allowed_qos", p.allowed_qos, qos, "QoS")
         problems += _unknown(f"{key}.allowed_accounts", p.allowed_accounts, accounts, "account")
+        if p.max_time_s and p.default_time_s > p.max_time_s:
+            # Every job taking the default would be refused at submission.
+            problems.append(
+                f"{key}.default_time_s: {p.default_time_s} s is over max_time_s ({p.max_time_s} s)"
+            )
     for a in policy.accounts:
         parent = [a.parent] if a.parent != ROOT else []
         problems += _unknown(f"policy.accounts.{a.name}.parent", parent, accounts, "account")

@@ -308,7 +308,16 @@ class Controller:
         if tree is not None and len(tree) > 1 and not _has_account(tree, account):
             raise Invalid("body.account", f"no account {account!r}")
         part = self.setup.partitions[partition]
-        time_limit = spec.time_limit_s or part.default_time_s or DEFAULT_TIME_S
+        # As Slurm: a partition without a default time gives its maximum.
+        time_limit = spec.time_limit_s or part.default_time_s or part.max_time_s or DEFAULT_TIME_S
+        if part.max_time_s and time_limit > part.max_time_s:
+            # Refused now, as Slurm's EnforcePartLimits=ALL does, rather than queued to
+            # wait with PartitionTimeLimit until someone notices it never can start.
+            raise Invalid(
+                "body.time_limit_s",
+                f"{time_limit} s is over partition {partition}'s limit of {part.max_time_s} s"
+                + ("" if spec.time_limit_s else " (it is the partition's default)"),
+            )
         tasks: list[int | None] = list(array.indices) if array else [None]
         with self._ids:
             num, first_pk = self._next_num, self._next_pk
