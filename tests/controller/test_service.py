@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 import sqlalchemy as sa
@@ -11,7 +11,12 @@ from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import RunReport
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
+from gpufleet.controller.service import PROFILE_MIN_S
+from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition
+from gpufleet.core.model import Request
+from gpufleet.core.workload import TYPICAL
+from gpufleet.policies.config import Policy, PolicyConfig
 from store.databases import Database
 
 
@@ -272,5 +277,43 @@ def test_a_time_limit_over_the_partitions_maximum_is_refused_at_submission(db: D
         # No default time: the partition's maximum, as Slurm gives.
         job = ctl.submit(principal=ANA, spec=spec(partition="short")).job_id
         assert ctl.get_job(principal=ANA, job_id=job).time_limit_s == 1800
+    finally:
+        cluster.ctl.stop()
+
+
+def test_the_placement_profile_follows_the_submissions_mix(db: Database) -> None:
+    policy = Policy(PolicyConfig())
+    built: list[tuple[Request, ...]] = []
+
+    def factory(workload: Sequence[Request]) -> SchedulingProfile:
+        built.append(tuple(workload))
+        return policy.profile(workload)
+
+    cluster = Cluster(db, profile_factory=factory)
+    try:
+        ctl, clock = cluster.ctl, cluster.clock
+        ctl.run_cycle_now()
+        assert built == [TYPICAL]  # nothing submitted yet
+        ctl.submit(principal=ANA, spec=spec(hold=True, gpus_per_node=1))
+        ctl.run_cycle_now()
+        assert len(built) == 1  # drifted, but too soon after the last build
+        clock.advance(PROFILE_MIN_S)
+        ctl.run_cycle_now()
+        whole = Request(cpu_milli=1000, gpus=1)
+        assert built[-1] == (whole,)
+        for _ in range(3):
+            ctl.submit(principal=ANA, spec=spec(hold=True, gpus_per_node=1))
+        clock.advance(PROFILE_MIN_S)
+        ctl.run_cycle_now()
+        assert len(built) == 2  # the same mix: no rebuild
+        ctl.submit(principal=ANA, spec=spec(hold=True, gpus_per_node=0, gpu_milli=500))
+        clock.advance(PROFILE_MIN_S)
+        ctl.run_cycle_now()
+        assert len(built) == 3 and built[-1][-1].gpu_milli == 500
+        cluster.restart()  # the window comes back from the store, one entry per submission
+        ctl = cluster.ctl
+        ctl.submit(principal=ANA, spec=spec(hold=True, array="0-99"))
+        ctl.run_cycle_now()
+        assert len(built[-1]) == 6 and built[-1][0] == whole
     finally:
         cluster.ctl.stop()

@@ -20,6 +20,17 @@ decisions are persisted before any agent can see them.
 Threading: every method is safe to call from many threads at once. All
 methods are blocking except ``wait_for_agent_work`` (a coroutine); an async
 server runs the blocking ones in its thread pool.
+
+Placement workload: fragmentation-aware placement (``fgd``, the ``default``
+profile) measures each option against the requests the cluster expects.
+Each submission's request (one per array job, not per task) enters a
+``core.workload.WorkloadWindow`` of the last ``workload_window``
+submissions, refilled from the store on start. A cycle rebuilds the
+scheduling profile from the window when the mix has drifted by
+``PROFILE_DRIFT`` or more (total variation distance) since the last build,
+at most once every ``PROFILE_MIN_S`` seconds, so a steady mix never costs a
+rebuild and a sudden change is followed within a minute. With no
+submission yet, ``core.workload.TYPICAL`` stands in.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import json
 import logging
 import math
 import threading
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -90,16 +101,19 @@ from gpufleet.controller.views import (
 from gpufleet.core.accounts import AccountTree
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import JobState, PreemptMode, RunningJob, gpu_milli_equivalent
-from gpufleet.core.model import Node, Request
+from gpufleet.core.model import Node
 from gpufleet.core.state import Assignment, ClusterState
+from gpufleet.core.workload import WorkloadWindow, or_typical
 from gpufleet.engine.book import JobBook, Signalled
 from gpufleet.policies.fairshare import FairshareArgs
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 DEFAULT_TIME_S = 3600
-PROFILE_REFRESH_S = 300.0
-"""How often the placement profile is rebuilt for the recent submissions' workload."""
+PROFILE_DRIFT = 0.1
+"""How far the submissions' mix must move before the placement profile is rebuilt."""
+PROFILE_MIN_S = 30.0
+"""The least time between two rebuilds of the placement profile."""
 USAGE_KEYS = ("user", "account", "partition", "qos")
 CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
@@ -172,7 +186,7 @@ class Controller:
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
-        self._recent: deque[Request] = deque(maxlen=max(1, setup.workload_window))
+        self._window = WorkloadWindow(size=max(1, setup.workload_window))
         self._profile: SchedulingProfile | None = None
         self._profile_at = -math.inf
         self._loop: SchedulerLoop | None = None
@@ -387,7 +401,7 @@ class Controller:
         with self._lock:
             for job in live:
                 self._add_live(job)
-            self._recent.append(request)
+            self._window.submit(request, int(now))
         self._wake()
         return Submitted(job_id=str(num), array_task_count=len(rows) if array else 0)
 
@@ -975,17 +989,22 @@ class Controller:
                 conn.execute(sa.select(sa.func.max(t.jobs.c.job_num))).scalar() or 0
             ) + 1
             self._next_pk = (conn.execute(sa.select(sa.func.max(t.jobs.c.id))).scalar() or 0) + 1
-            recent: Sequence[Any] = (
-                conn.execute(
-                    sa.select(t.jobs.c.request)
-                    .order_by(t.jobs.c.id.desc())
-                    .limit(self._recent.maxlen)
-                )
-                .scalars()
-                .all()
+            # The newest submissions, one row each (an array job's first task).
+            firsts = (
+                sa.select(sa.func.min(t.jobs.c.id))
+                .group_by(t.jobs.c.job_num)
+                .order_by(t.jobs.c.job_num.desc())
+                .limit(self._window.size)
+                .scalar_subquery()
             )
-            self._recent.clear()
-            self._recent.extend(request_from_json(r) for r in reversed(recent))
+            recent = conn.execute(
+                sa.select(t.jobs.c.request, t.jobs.c.submit_time)
+                .where(t.jobs.c.id.in_(firsts))
+                .order_by(t.jobs.c.id)
+            ).all()
+            self._window = WorkloadWindow(size=self._window.size)
+            for r in recent:
+                self._window.submit(request_from_json(r.request), int(r.submit_time))
         declared = {n.name: n for n in self.setup.nodes}
         missing = [n for n in self.setup.nodes if n.name not in node_rows]
         if missing:
@@ -1141,8 +1160,10 @@ class Controller:
         self._expire_nodes(now, changes, statements)
         self._backstop(now, changes)
         self._sync_queue(now)
-        if self._profile is None or now - self._profile_at >= PROFILE_REFRESH_S:
-            self._profile = self.setup.profile_factory(list(self._recent))
+        if self._profile is None or (
+            now - self._profile_at >= PROFILE_MIN_S and self._window.drift() >= PROFILE_DRIFT
+        ):
+            self._profile = self.setup.profile_factory(or_typical(self._window.mark()))
             self._profile_at = now
         plan = run_cycle(self.book.snapshot(inow), self._profile, inow)
         effects = self.book.apply(plan, inow)
