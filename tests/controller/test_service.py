@@ -317,3 +317,25 @@ def test_the_placement_profile_follows_the_submissions_mix(db: Database) -> None
         assert len(built[-1]) == 6 and built[-1][0] == whole
     finally:
         cluster.ctl.stop()
+
+
+def test_a_drained_node_keeps_its_runs_until_it_is_lost(cluster: Cluster) -> None:
+    ctl, clock = cluster.ctl, cluster.clock
+    job = ctl.submit(principal=ANA, spec=spec(gpus_per_node=4, requeue=True)).job_id
+    ctl.run_cycle_now()
+    node = cluster.where(job)
+    other = next(n for n in ("n1", "n2") if n != node)
+    cluster.sync(node)
+    ctl.drain_node(principal=OPERATOR, name=other, reason="rma")
+    ctl.drain_node(principal=OPERATOR, name=node, reason="rma")
+    second = ctl.submit(principal=ANA, spec=spec()).job_id
+    ctl.run_cycle_now()
+    assert (cluster.state(job), cluster.state(second)) == ("RUNNING", "PENDING")
+    clock.advance(121)  # the drained node's agent falls silent; the other one syncs
+    cluster.sync(other)
+    ctl.run_cycle_now()
+    out = ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.restart_count) == ("PENDING", 1)  # NODE_FAIL, requeued
+    ctl.resume_node(principal=OPERATOR, name=other)
+    ctl.run_cycle_now()
+    assert cluster.where(job) == other and cluster.state(second) == "PENDING"

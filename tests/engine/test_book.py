@@ -184,3 +184,38 @@ def test_submit_withdraw_and_restore() -> None:
     with pytest.raises(OverAllocation):
         b.restore(RunningJob(other, (whole(0, 0),), 3600))
     assert "o" not in b.running
+
+
+def test_cordon_keeps_the_placer_off_and_the_runs_on() -> None:
+    b = book("a", "b")
+    b.submit(qjob("x").gpus(1).job())
+    b.apply(Plan(starts={"x": [whole(0, 0)]}), now=0)
+    version = int(b.state.version[0])
+    b.cordon("a", usable=False)
+    assert not b.state.healthy[0] and b.state.version[0] == version + 1
+    assert list(b.running) == ["x"] and int(b.state.gpu_milli_free[0].sum()) == 7000
+    b.cordon("a", usable=False)  # again: nothing changes
+    assert b.state.version[0] == version + 1
+    b.cordon("a", usable=True)
+    assert b.state.healthy[0] and list(b.running) == ["x"]
+    # A cordoned node can still go down, and a cordon's end does not bring it back.
+    b.cordon(0, usable=False)
+    assert [e.job_id for e in b.node_down("a", now=5)] == ["x"]
+    b.cordon("a", usable=True)
+    assert not b.state.healthy[0]
+    b.node_up("a")
+    assert b.state.healthy[0]
+    # Removing other nodes keeps a cordon where it is.
+    b.cordon("b", usable=False)
+    b.remove_node("a")
+    assert not b.state.healthy[0] and b.cordoned == {"b"}
+
+
+def test_submit_with_the_runs_a_job_had_before() -> None:
+    b = book("a")
+    b.submit(qjob("j").gpus(1).job(), runs=3)
+    (s,) = b.apply(Plan(starts={"j": [whole(0, 0)]}), now=0).started
+    assert s.run == 4
+    with pytest.raises(ValueError):
+        b.submit(qjob("k").gpus(1).job(), runs=-1)
+    assert "k" not in b.pending

@@ -82,9 +82,7 @@ def rebuild(conn: sa.Connection, book_ledger: UsageLedger, state: ClusterState, 
         usage = np.bincount(assoc[known], weights=billed[known], minlength=len(tree)).astype(
             np.float64
         )
-    book_ledger.usage = usage
-    book_ledger.at = now
-    book_ledger.snapshot_at = None
+    book_ledger.load(usage, now)
 
 
 def qos_factor(qos: Mapping[str, QoS], name: str) -> float:

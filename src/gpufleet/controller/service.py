@@ -1127,10 +1127,8 @@ class Controller:
             return
         if info.usable:
             self.book.node_up(i)
-        elif self.book.state.healthy[i]:
-            # Unhealthy only keeps the placer away; the runs on it go on.
-            self.book.state.healthy[i] = False
-            self.book.state.version[i] += 1
+        else:
+            self.book.cordon(i, usable=False)  # keeps the placer away; its runs go on
 
     def _bump(self, node: str) -> None:
         """New work for ``node``: wake its long poll."""
@@ -1372,8 +1370,6 @@ class Controller:
             if now - info.last_heartbeat <= self.setup.heartbeat_timeout_s:
                 continue
             i = self.book.state.index[name]
-            if not self.book.state.healthy[i]:
-                self.book.node_up(i)  # a drained node must still give up its runs
             for end in self.book.node_down(i, int(now)):
                 lingering = self._cleanup.get(end.job_id)
                 if lingering is not None:
@@ -1507,8 +1503,7 @@ class Controller:
                 if job.job_id in pending:
                     self.book.withdraw(job.job_id)
             elif job.job_id not in pending:
-                self.book.runs.setdefault(job.job_id, job.run)
-                self.book.submit(job.job())
+                self.book.submit(job.job(), runs=job.run)
 
     def _active_ref(self, ref: str) -> bool:
         return ref in self._jobs or (ref.isdigit() and int(ref) in self._by_num)

@@ -11,7 +11,7 @@ failing, a grace time running out) is the driver's to notice and report.
 API (``now`` is the driver's clock in integer seconds)::
 
     book = JobBook(nodes, qos, partitions, ledger=None, reservations=())
-    book.submit(job)                       # queue a pending job
+    book.submit(job, runs=None)            # queue a pending job (runs: how many it had)
     book.restore(running, run=N, signal=None)  # a run already under way (recovery)
     book.withdraw(job_id) -> Job           # take a pending job off the queue
     book.snapshot(now) -> Snapshot         # what run_cycle reads
@@ -21,6 +21,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.checkpoint(job_id, now)           # the run saved its work
     book.node_down(node, now) -> [RunEnd]  # its runs are requeued
     book.node_up(node)
+    book.cordon(node, usable)              # keep the placer off a node; its runs go on
     book.add_node(node); book.remove_node(name)
     book.replace_node(node)                # the same name described anew, where it stands
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
@@ -167,12 +168,22 @@ class JobBook:
         self.promised: dict[str, tuple[Assignment, ...]] = {}
         self.runs: dict[str, int] = {}
         self.on_node: list[set[str]] = [set() for _ in self.state.nodes]
+        self.cordoned: set[str] = set()
 
     # -- the queue -------------------------------------------------------------
-    def submit(self, job: Job) -> None:
-        """Queue ``job``; ValueError if a job of that id is pending or running."""
+    def submit(self, job: Job, *, runs: int | None = None) -> None:
+        """Queue ``job``; ValueError if a job of that id is pending or running.
+
+        ``runs`` is how many runs the job had before (a driver queueing again
+        a job it keeps outside the book): its next start is run ``runs + 1``.
+        None keeps the count the book has (0 for a job it never saw).
+        """
         if job.id in self.pending or job.id in self.running:
             raise ValueError(f"job {job.id}: already in the book")
+        if runs is not None:
+            if runs < 0:
+                raise ValueError(f"job {job.id}: runs must be 0 or more, got {runs}")
+            self.runs[job.id] = runs
         self.pending[job.id] = job
 
     def restore(self, r: RunningJob, *, run: int = 1, signal: Signalled | None = None) -> None:
@@ -338,20 +349,47 @@ class JobBook:
 
     # -- nodes -----------------------------------------------------------------
     def node_down(self, node: str | int, now: int) -> list[RunEnd]:
-        """Mark a node down; its runs are requeued (by job id). [] if it was already down."""
+        """Mark a node down; its runs are requeued (by job id). [] if it was already down.
+
+        A cordoned node goes down too (its runs end); it is no longer cordoned.
+        """
         i = self._node(node)
-        if not self.state.healthy[i]:
+        name = self.state.nodes[i].name
+        if not self.state.healthy[i] and name not in self.cordoned:
             return []
+        self.cordoned.discard(name)
         ends = [self._end(self.running[j], now, "requeued") for j in sorted(self.on_node[i])]
         self.state.healthy[i] = False
         self.state.version[i] += 1
         return ends
 
     def node_up(self, node: str | int) -> None:
-        """Mark a node usable again."""
+        """Mark a node usable again (a cordon ends too)."""
         i = self._node(node)
+        self.cordoned.discard(self.state.nodes[i].name)
         self.state.healthy[i] = True
         self.state.version[i] += 1
+
+    def cordon(self, node: str | int, usable: bool) -> None:
+        """Keep the placer off a node (``usable=False``), or let it back (True), while
+        the runs on it go on: a drain. ``node_down`` still ends them.
+
+        A node that is down stays down when cordoned, and comes back only
+        through ``node_up``; a cordon's end brings back a node that is
+        cordoned, not one that is down.
+        """
+        i = self._node(node)
+        name = self.state.nodes[i].name
+        healthy = bool(self.state.healthy[i])
+        if not usable:
+            if healthy:
+                self.cordoned.add(name)
+                self.state.healthy[i] = False
+                self.state.version[i] += 1
+        elif name in self.cordoned:
+            self.cordoned.discard(name)
+            self.state.healthy[i] = True
+            self.state.version[i] += 1
 
     def add_node(self, node: Node) -> None:
         """A new node, usable at once; ValueError if its name is taken."""
@@ -363,6 +401,7 @@ class JobBook:
         """Take a node out of the cluster; ValueError while a run holds it."""
         self._idle(name)
         self._rebuild([n for n in self.state.nodes if n.name != name])
+        self.cordoned.discard(name)
 
     def replace_node(self, node: Node) -> None:
         """Describe the node named ``node.name`` anew, keeping its index (placement ties go

@@ -72,6 +72,21 @@ class UsageLedger:
             self._rates[key] = rate
         return rate
 
+    def load(self, usage: npt.ArrayLike, at: int) -> None:
+        """Take ``usage`` (one value per association, decayed to ``at``) as the
+        ledger's, for a driver restoring it from its records. Runs charged
+        already keep charging from ``at``; orderings see it at the next view.
+        ValueError unless there is one finite, non-negative value per association.
+        """
+        values = np.array(usage, dtype=np.float64)
+        if values.shape != self.usage.shape:
+            raise ValueError(f"usage: {len(self.tree)} values expected, got shape {values.shape}")
+        if not np.all(np.isfinite(values)) or np.any(values < 0):
+            raise ValueError("usage: values must be finite and non-negative")
+        self.usage = values
+        self.at = at
+        self.snapshot_at = None
+
     def start(self, r: RunningJob, now: int) -> None:
         self._accrue(now)
         self.rate += self._job_rate(r)

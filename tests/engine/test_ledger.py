@@ -1,0 +1,35 @@
+"""The usage ledger: loading usage restored from records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpufleet.core.accounts import Account, AccountTree, User
+from gpufleet.core.job import QoS
+from gpufleet.engine.ledger import UsageLedger
+from gpufleet.policies.fairshare import FairshareArgs
+
+
+def ledger() -> UsageLedger:
+    tree = AccountTree([Account("a")], [User("u", "a")])
+    return UsageLedger(tree, FairshareArgs(), {"normal": QoS("normal")}, recalc_s=300)
+
+
+def test_load_replaces_the_usage_as_of_its_time() -> None:
+    led = ledger()
+    led.view(0)
+    usage = np.arange(len(led.tree), dtype=np.float64)
+    led.load(usage, at=100)
+    usage[:] = 0  # the ledger keeps its own copy
+    seen = led.view(100).usage  # seen at once, not a recalc period later
+    assert seen.tolist() == list(range(len(led.tree)))
+    later = led.view(100 + FairshareArgs().half_life_s).usage  # no run: it only decays
+    assert later[1:] == pytest.approx(seen[1:] / 2)
+
+
+@pytest.mark.parametrize("bad", [[1.0], [-1.0, 0.0, 0.0], [float("nan"), 0.0, 0.0]])
+def test_load_refuses_usage_that_does_not_fit(bad: list[float]) -> None:
+    led = ledger()
+    with pytest.raises(ValueError):
+        led.load(bad, at=0)
