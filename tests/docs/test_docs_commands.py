@@ -8,7 +8,10 @@ Which blocks run:
   root or systemd.
 * ``README.md``: only blocks marked ```` ```sh live ````, the commands meant
   to run against a running controller (the other ``sh`` blocks install the
-  package or run long experiments).
+  package or run long experiments). The README has its reader start
+  ``gpufleet up`` in a first shell, from the clone, so here the script first
+  does the same: it copies ``examples/`` and starts ``gpufleet up`` in the
+  background.
 
 (``docs/api.md`` has its own test, ``tests/api/test_docs.py``.)
 
@@ -42,6 +45,10 @@ from cli.live import gpufleet_env
 ROOT = Path(__file__).parents[2]
 FENCE = re.compile(r"^```(sh[^\n]*)\n(.*?)^```", re.S | re.M)
 PAGES = {"docs/cli.md": "all", "docs/operations.md": "all", "README.md": "live"}
+FIRST_SHELL = {
+    "README.md": "gpufleet up &\n"
+    'until curl -sf "http://127.0.0.1:6817/healthz" > /dev/null; do sleep 1; done\n'
+}
 TIMEOUT_S = 240
 
 
@@ -88,14 +95,14 @@ def test_the_fence_convention() -> None:
 @pytest.mark.parametrize("page", list(PAGES))
 def test_the_commands_run_as_written(page: str, tmp_path: Path) -> None:
     blocks = runnable_blocks((ROOT / page).read_text(), PAGES[page])
-    if not blocks:
-        pytest.skip(f"{page} has no runnable blocks")
+    assert blocks, f"{page} has no runnable blocks"
     work = tmp_path / "work"
     work.mkdir()
-    script = localized("".join(blocks), tmp_path, free_port())
+    shutil.copytree(ROOT / "examples", work / "examples")
+    script = localized(FIRST_SHELL.get(page, "") + "".join(blocks), tmp_path, free_port())
     for tool in ("curl", "sqlite3"):
-        if re.search(rf"\b{tool} ", script) and shutil.which(tool) is None:
-            pytest.skip(f"{page} uses {tool}, which is not installed")
+        if re.search(rf"\b{tool} ", script):
+            assert shutil.which(tool), f"{page} uses {tool}: install it (.ci/run does)"
     assert "/tmp/" not in script.replace(str(tmp_path), ""), script
     stop = 'for p in $(jobs -p); do kill -TERM "$p"; wait "$p"; done\necho END-OF-COMMANDS\n'
     shell = subprocess.Popen(

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.adapters.client import ClientConfigError, ClientError, Unreachable
+from gpufleet.adapters.client import Client, ClientConfigError, ClientError, Unreachable
 from gpufleet.api.schemas import MAX_SCRIPT_BYTES, TERMINAL_STATES, JobOut, JobStateName
 from gpufleet.cli.output import (
     JSON_HELP,
@@ -49,6 +49,12 @@ def submit(
     ctx: typer.Context,
     json_out: Json = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print only the job id.")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", "-W", help="Return when the job has ended, with its exit code (as sbatch)."
+        ),
+    ] = False,
 ) -> None:
     with reporting("submit"):
         spec = parse_submission(
@@ -58,14 +64,32 @@ def submit(
             environ=os.environ,
             now=datetime.now().astimezone(),
         )
+        if wait and spec.array:
+            fail("submit", "--wait: waits for one job; an array's tasks are separate jobs")
         with connect() as client:
             submitted = client.submit(spec)
-    if json_out:
-        print_json(submitted)
-    elif parsable:
-        typer.echo(submitted.job_id)
-    else:
-        typer.echo(f"Submitted batch job {submitted.job_id}")
+            if json_out:
+                print_json(submitted)
+            elif parsable:
+                typer.echo(submitted.job_id)
+            else:
+                typer.echo(f"Submitted batch job {submitted.job_id}")
+            if wait:
+                raise typer.Exit(_wait_for(client, submitted.job_id))
+
+
+WAIT_POLL_S = 0.5
+
+
+def _wait_for(client: Client, job_id: str) -> int:
+    """Poll until the job has ended; its exit code, or 1 when it ended without one and failed."""
+    while True:
+        job = client.job(job_id)
+        if job.state in TERMINAL_STATES:
+            if job.exit_code is not None:
+                return job.exit_code
+            return 0 if job.state == "COMPLETED" else 1
+        time.sleep(WAIT_POLL_S)
 
 
 SUBMIT_HELP = (
