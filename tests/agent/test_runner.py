@@ -18,6 +18,7 @@ def test_argv_runs_without_a_shell_and_writes_stdout(runner: Runner, launch: Lau
     assert runner.start(launch("1", argv=["echo", "$HOME;", "*"]))
     report = wait_ended(runner)["1"]
     assert (report.state, report.exit_code, report.signal) == ("exited", 0, None)
+    assert report.cause == "exited"
     assert launch.output("1") == "$HOME; *\n"
 
 
@@ -99,10 +100,20 @@ def test_time_limit_sends_term_then_kill(
     runner.start(launch("6", script=script, time_limit_s=1, kill_grace_s=1))
     report = wait_ended(runner)["6"]
     elapsed = time.monotonic() - started
-    assert (report.state, report.signal) == ("signalled", 9)
+    assert (report.state, report.signal, report.cause) == ("signalled", 9, "time_limit")
     assert report.message.startswith("time limit reached")
     assert "got TERM" in launch.output("6")
     assert 1.9 < elapsed < 5  # 1 s limit + 1 s grace
+
+
+def test_a_job_that_exits_0_on_its_limits_term_ended_by_the_limit(
+    runner: Runner, launch: Launches
+) -> None:
+    # The exit alone reads as a success; the cause says the limit ended it.
+    script = "trap 'exit 0' TERM\nwhile :; do sleep 0.05; done\n"
+    runner.start(launch("6b", script=script, time_limit_s=1, kill_grace_s=5))
+    report = wait_ended(runner)["6b"]
+    assert (report.state, report.exit_code, report.cause) == ("exited", 0, "time_limit")
 
 
 def test_signal_warning_before_the_limit(runner: Runner, launch: Launches) -> None:
@@ -128,7 +139,7 @@ def test_cancel_signals_the_whole_group_then_kills(
     assert runner.kill("8", 1, "INT", 1)
     assert runner.kill("8", 1, "SIGINT", 5)  # a repeat does not postpone the SIGKILL
     report = wait_ended(runner, timeout=4)["8"]
-    assert (report.state, report.signal) == ("signalled", 9)
+    assert (report.state, report.signal, report.cause) == ("signalled", 9, "killed")
     assert "got INT" in launch.output("8")
     # The background child ignored INT; it went with the group's SIGKILL.
     assert not _alive(int((tmp_path / "child.pid").read_text()))
@@ -161,7 +172,7 @@ def test_failure_to_start_is_a_report(
     spec = launch("10", **fields)
     runner.start(spec)
     report = wait_ended(runner)[spec.job_id]
-    assert report.state == "failed_to_start"
+    assert (report.state, report.cause) == ("failed_to_start", "failed_to_start")
     assert message in report.message
 
 
@@ -197,14 +208,40 @@ def test_starts_and_kills_are_idempotent(runner: Runner, launch: Launches) -> No
     assert not runner.start(spec)  # a retried start while it runs
     assert [(r.job_id, r.run) for r in runner.running()] == [("13", 1)]
     assert runner.kill("13", 1, "TERM", 0)
-    assert not runner.kill("13", 2, "TERM", 0)  # another run of the job: not here
+    assert not runner.kill("13", 1, "TERM", 0)  # the same request again: nothing new
     wait_ended(runner)
+    assert not runner.kill("13", 1, "KILL", 0)  # ended: nothing to kill
     assert not runner.start(spec)  # ended, not yet acknowledged
     runner.acknowledge([("13", 1)])
     runner.acknowledge([("13", 1)])
     assert runner.reports() == []
     assert not runner.start(spec)  # a late duplicate never reruns a finished run
+    assert not runner.kill("13", 1, "KILL", 0)
     assert runner.start(launch("13", run=2, argv=["true"]))  # a requeued run does start
+
+
+def test_a_kill_before_the_start_ends_the_run_unstarted_for_good(
+    runner: Runner, launch: Launches, tmp_path: Path
+) -> None:
+    # A cancel that overtook its start: the start, when it comes, never runs.
+    marker = tmp_path / "ran"
+    spec = launch("14", argv=["touch", str(marker)])
+    assert runner.kill("14", 1, "TERM", 5, "cancel")
+    assert not runner.kill("14", 1, "TERM", 5, "cancel")  # repeated: nothing new
+    report = wait_ended(runner)["14"]
+    assert (report.state, report.cause) == ("failed_to_start", "killed")
+    assert report.message == "killed before it started (cancel)"
+    assert not runner.start(spec)
+    runner.close()
+    again = Runner(tmp_path / "state", "n1", same_user=True)  # a restarted agent
+    try:
+        assert [(r.job_id, r.cause) for r in again.reports()] == [("14", "killed")]
+        assert not again.start(spec)
+        again.acknowledge([("14", 1)])
+        assert not again.start(spec)
+    finally:
+        again.close()
+    assert not marker.exists()
 
 
 def _alive(pid: int) -> bool:

@@ -11,11 +11,11 @@ sends their reports at once in a sync that does not wait.
 Every call may be repeated. A sync carries the runs held now and every
 report not yet acknowledged; a successful reply acknowledges the reports it
 carried (the controller applies them before answering). Starts of a
-``(job_id, run)`` already held or reported are ignored by the runner, and
-kills of runs not held do nothing. When the controller cannot be reached the
-agent retries with exponential backoff (with jitter, at most
-``max_backoff_s``) and its runs go on; a controller that no longer knows the
-node (404) gets a fresh registration.
+``(job_id, run)`` already held or reported are ignored by the runner, and a
+kill of a run never started ends it unstarted, so its start never runs.
+When the controller cannot be reached the agent retries with exponential
+backoff (with jitter, at most ``max_backoff_s``) and its runs go on; a
+controller that no longer knows the node (404) gets a fresh registration.
 """
 
 from __future__ import annotations
@@ -171,9 +171,9 @@ class Agent:
             except OSError:
                 log.exception("cannot kill job %s run %d", kill.job_id, kill.run)
         if not news and (reply.jobs_to_start or reply.jobs_to_kill) and wait_s > 0:
-            # The controller repeats a kill until the run is gone (and answers a
-            # long poll at once when it does): pause instead of spinning, until
-            # a run ends or a short while passes.
+            # Nothing new: a kill sent again (an older controller repeats one on
+            # every sync, and answers a long poll at once when it does). Pause
+            # instead of spinning, until a run ends or a short while passes.
             self._ended.wait(min(self.heartbeat_s, REPEAT_PAUSE_S))
             self._ended.clear()
         return reply

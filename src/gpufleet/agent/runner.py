@@ -8,8 +8,11 @@ restarted agent) finds the runs that still run and the ends not yet
 reported, and kills nothing.
 
 Runs are keyed by ``(job_id, run)``. ``start`` ignores a key it already
-holds or has reported, ``kill`` ignores one it does not hold, and a report
-stays in ``reports()`` until ``acknowledge``, so every call may be repeated.
+holds or has reported, and a report stays in ``reports()`` until
+``acknowledge``, so every call may be repeated. A ``kill`` of a key never
+started here ends it unstarted (a ``failed_to_start`` report, cause
+``killed``), so that a start arriving after the kill (the controller's start
+and a cancel crossing on the way) never runs the job.
 Acknowledged runs leave a small marker in ``STATE_DIR/done`` for a week, so
 that a late duplicate of a start never runs a finished job twice.
 
@@ -155,7 +158,8 @@ class Runner:
             if key in self._active or key in self._ended or self._is_done(key):
                 return False
             if not SAFE_JOB_ID.fullmatch(launch.job_id):
-                self._ended[key] = _failed(key, f"job id {launch.job_id!r} is not a safe name")
+                message = f"job id {launch.job_id!r} is not a safe name"
+                self._ended[key] = _failed(key, message, cause="failed_to_start")
                 return True
             rundir = self._dir(key)
             try:
@@ -171,26 +175,32 @@ class Runner:
                 self._children[key] = self._spawn(rundir, user)
             except (LaunchError, OSError) as e:
                 message = str(e) if isinstance(e, LaunchError) else f"agent: {e}"
-                write_json(rundir / supervise.STATUS_FILE, _status_json("failed_to_start", message))
+                status = _status_json("failed_to_start", message, "failed_to_start")
+                write_json(rundir / supervise.STATUS_FILE, status)
             return True
 
     def kill(self, job_id: str, run: int, sig: str, grace_s: int, reason: str = "") -> bool:
         """Ask a run's supervisor to send ``sig`` to the job, then SIGKILL after ``grace_s``.
 
-        Return whether this was a new request: False for a run not running
-        here or for the same request again (nothing is sent twice). A
+        Return whether this was a new request: False for a run that already
+        ended here or for the same request again (nothing is sent twice). A
         different request is sent, but never postpones an earlier SIGKILL.
-        An unknown signal name is taken as TERM.
+        An unknown signal name is taken as TERM. A run never started here is
+        ended unstarted (``poll`` reports it) and never starts after.
         """
         key = (job_id, run)
         with self._lock:
-            if key not in self._active:
+            if key in self._ended or self._is_done(key):
                 return False
+            if key not in self._active:
+                return self._end_unstarted(key, reason)
+            rundir = self._dir(key)
+            if (rundir / supervise.STATUS_FILE).exists():
+                return False  # ended; the next poll reports it
             try:
                 signal_number(sig)
             except ValueError:
                 sig = "TERM"
-            rundir = self._dir(key)
             request = {"signal": sig, "grace_s": max(0, grace_s), "reason": reason}
             if read_json(rundir / supervise.KILL_FILE) == request:
                 return False
@@ -254,6 +264,23 @@ class Runner:
                 self._dir_lock = -1
 
     # -- internals ---------------------------------------------------------------------
+
+    def _end_unstarted(self, key: Key, reason: str) -> bool:
+        """Record a run killed before it started as ended, durably (its directory
+        holds only the status, which a restarted Runner finds too)."""
+        message = f"killed before it started ({reason or 'on request'})"
+        if not SAFE_JOB_ID.fullmatch(key[0]):
+            self._ended[key] = _failed(key, message, cause="killed")
+            return True
+        rundir = self._dir(key)
+        try:
+            rundir.mkdir(mode=0o700)
+        except FileExistsError:
+            return False  # left by an interrupted acknowledge: it ran and ended
+        status = _status_json("failed_to_start", message, "killed")
+        write_json(rundir / supervise.STATUS_FILE, status)
+        self._active.add(key)  # ended: the next poll reports it
+        return True
 
     def _running(self) -> list[RunRef]:
         return [RunRef(job_id=j, run=r) for j, r in sorted(self._active)]
@@ -358,14 +385,16 @@ class Runner:
         log = _last_line(rundir / supervise.LOG_FILE)
         if proc is None:
             message = "the run's supervisor exited before starting the job"
-            return _status_json("failed_to_start", message + (f": {log}" if log else ""))
+            message += f": {log}" if log else ""
+            return _status_json("failed_to_start", message, "failed_to_start")
         pgid = int(proc["pgid"])
         # A different process under the job's old PID means the number was reused.
         now_start = supervise.process_start(pgid)
         if now_start is None or now_start == proc.get("pid_start"):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-        report = _status_json("signalled", "the run's supervisor died; the job was killed")
+        message = "the run's supervisor died; the job was killed"
+        report = _status_json("signalled", message, "killed")
         report["signal"] = int(signal.SIGKILL)
         return report
 
@@ -402,15 +431,16 @@ def _chown_tree(rundir: Path, user: pwd.struct_passwd) -> None:
         os.chown(path, user.pw_uid, user.pw_gid)
 
 
-def _status_json(state: str, message: str) -> dict[str, Any]:
+def _status_json(state: str, message: str, cause: str) -> dict[str, Any]:
     return {
         "state": state,
         "exit_code": None,
         "signal": None,
         "at": time.time(),
         "message": message,
+        "cause": cause,
     }
 
 
-def _failed(key: Key, message: str) -> RunReport:
-    return RunReport(job_id=key[0], run=key[1], **_status_json("failed_to_start", message))
+def _failed(key: Key, message: str, *, cause: str) -> RunReport:
+    return RunReport(job_id=key[0], run=key[1], **_status_json("failed_to_start", message, cause))

@@ -28,7 +28,10 @@ The run directory holds:
     writing ``proc.json``, so a request made before then is not lost.
 ``status.json``
     written by the supervisor last: ``state`` (``exited``, ``signalled`` or
-    ``failed_to_start``), ``exit_code``, ``signal``, ``at``, ``message``.
+    ``failed_to_start``), ``exit_code``, ``signal``, ``at``, ``message`` and
+    ``cause`` (``exited``, ``time_limit``, ``killed`` or ``failed_to_start``:
+    why it ended, which the exit alone does not tell when a job traps
+    SIGTERM at its limit and exits 0).
 
 Every file is replaced atomically, so a reader sees all of it or none.
 This module imports only the standard library: it starts once per run.
@@ -179,6 +182,7 @@ class Supervisor:
         self.rundir = rundir
         self.plan = plan
         self.message = ""
+        self.cause = "exited"  # until the supervisor itself stops the job
         self.kill_at: float | None = None
         self.pid = 0
 
@@ -193,7 +197,7 @@ class Supervisor:
         try:
             proc = _spawn(self.plan)
         except StartFailure as e:
-            return _status("failed_to_start", message=str(e))
+            return _status("failed_to_start", message=str(e), cause="failed_to_start")
         self.pid = proc.pid
         started = time.time()
         write_json(
@@ -214,8 +218,8 @@ class Supervisor:
             os.killpg(proc.pid, signal.SIGKILL)
         code = proc.wait()
         if code < 0:
-            return _status("signalled", signal=-code, message=self.message)
-        return _status("exited", exit_code=code, message=self.message)
+            return _status("signalled", signal=-code, message=self.message, cause=self.cause)
+        return _status("exited", exit_code=code, message=self.message, cause=self.cause)
 
     def _wait(self, wake_r: int, t0: float) -> None:
         """Return once the job's process has exited (without reaping it)."""
@@ -232,7 +236,7 @@ class Supervisor:
             if limit_at is not None and now >= limit_at:
                 limit_at = None
                 reason = f"time limit reached ({limit} s)"
-                self._kill(signal.SIGTERM, self.plan["kill_grace_s"], reason)
+                self._kill(signal.SIGTERM, self.plan["kill_grace_s"], reason, "time_limit")
             if warn_at is not None and now >= warn_at:
                 warn_at = None
                 self._warn(warn_sig)
@@ -247,7 +251,8 @@ class Supervisor:
                     if sig == signal.SIGUSR1:
                         self._read_kill_request()
                     elif sig in (signal.SIGTERM, signal.SIGINT):
-                        self._kill(signal.SIGTERM, self.plan["kill_grace_s"], "supervisor stopped")
+                        grace = self.plan["kill_grace_s"]
+                        self._kill(signal.SIGTERM, grace, "supervisor stopped", "killed")
 
     def _exited(self) -> bool:
         flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
@@ -261,12 +266,14 @@ class Supervisor:
                 sig = signal_number(request["signal"])
             except ValueError:
                 sig = signal.SIGTERM  # the agent checks names; never ignore a kill
-            self._kill(sig, int(request["grace_s"]), reason)
+            self._kill(sig, int(request["grace_s"]), reason, "killed")
 
-    def _kill(self, sig: int, grace_s: int, reason: str) -> None:
+    def _kill(self, sig: int, grace_s: int, reason: str, cause: str) -> None:
         """Send ``sig`` to the job's group now and SIGKILL after ``grace_s``;
-        a second request never postpones the first one's SIGKILL."""
-        self.message = self.message or reason
+        a second request never postpones the first one's SIGKILL. The first
+        request's ``reason`` and ``cause`` are the run's."""
+        if self.cause == "exited":
+            self.message, self.cause = reason, cause
         self._signal(sig)
         deadline = time.monotonic() + max(0, grace_s)
         if sig != signal.SIGKILL and (self.kill_at is None or deadline < self.kill_at):
@@ -285,7 +292,12 @@ class Supervisor:
 
 
 def _status(
-    state: str, *, exit_code: int | None = None, signal: int | None = None, message: str = ""
+    state: str,
+    *,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    message: str = "",
+    cause: str = "exited",
 ) -> dict[str, Any]:
     return {
         "state": state,
@@ -293,6 +305,7 @@ def _status(
         "signal": signal,
         "at": time.time(),
         "message": message,
+        "cause": cause,
     }
 
 
@@ -316,7 +329,8 @@ def main(argv: list[str]) -> int:
         _become(argv[2])
     plan = read_json(rundir / RUN_FILE)
     if plan is None:
-        status = _status("failed_to_start", message=f"{rundir / RUN_FILE}: missing")
+        message = f"{rundir / RUN_FILE}: missing"
+        status = _status("failed_to_start", message=message, cause="failed_to_start")
     else:
         status = Supervisor(rundir, plan).run()
     write_json(rundir / STATUS_FILE, status)

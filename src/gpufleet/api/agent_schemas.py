@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MAX_SYNC_WAIT_S = 30.0
 MAX_RUNS_PER_NODE = 100_000
+KILL_RESEND_S = 30.0
+"""A kill not yet acted on (the run still lives) is sent again this long after."""
 
 
 class _Request(BaseModel):
@@ -55,13 +57,23 @@ class RegisterReply(BaseModel):
     heartbeat_interval_s: float
 
 
+RunCause = Literal["exited", "time_limit", "killed", "failed_to_start"]
+"""Why a run ended: by itself, at its time limit, by a kill, or it never started."""
+
+
 class RunReport(_Request):
     """How one run ended on the node.
 
-    ``exited``: the process exited with ``exit_code``; ``signalled``: it died
-    of ``signal`` (a kill the controller asked for, or the time limit);
-    ``failed_to_start``: it never ran (bad workdir, missing executable), with
+    ``state`` is how the process ended: ``exited`` with ``exit_code``;
+    ``signalled``: it died of ``signal``; ``failed_to_start``: it never ran
+    (bad workdir, missing executable, or killed before it started), with
     ``message`` saying why. ``at`` is the Unix time it happened, on the node.
+
+    ``cause`` is why it ended, whatever the exit: ``exited`` (by itself),
+    ``time_limit`` (the agent stopped it at its limit, even if it then
+    exited 0), ``killed`` (a kill the controller asked for, or the agent's
+    own stop), ``failed_to_start``. ``None`` from an agent that does not
+    say; the controller then takes a signal after the limit as the limit.
     """
 
     job_id: str = Field(..., min_length=1, max_length=64)
@@ -71,6 +83,7 @@ class RunReport(_Request):
     signal: int | None = Field(None, ge=1, le=128)
     at: float = Field(..., ge=0)
     message: str = Field("", max_length=4096)
+    cause: RunCause | None = None
 
 
 class AgentSync(_Request):
@@ -116,7 +129,15 @@ class JobLaunch(BaseModel):
 
 
 class JobKill(BaseModel):
-    """Stop one run: send ``signal`` now, SIGKILL after ``grace_s`` if it still lives."""
+    """Stop one run: send ``signal`` now, SIGKILL after ``grace_s`` if it still lives.
+
+    Sent for a run whether or not the agent's last sync held it: an agent
+    that has not started the run (its start may still be on the way) must
+    never start it, and reports it ended (``failed_to_start``, cause
+    ``killed``). The controller sends a kill once per request (and again
+    only if the run still lives ``KILL_RESEND_S`` later), so an agent acts
+    on each one it gets; repeating one is harmless.
+    """
 
     job_id: str
     run: int

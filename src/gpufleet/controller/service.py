@@ -54,6 +54,7 @@ from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
 from gpufleet.adapters.store import GroupWriter, Store
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import (
+    KILL_RESEND_S,
     AgentRegister,
     AgentSync,
     JobKill,
@@ -183,6 +184,8 @@ class Controller:
         self._tokens = TokenCache(self.store)
         self._gen: dict[str, int] = defaultdict(int)
         self._answered: dict[str, int] = {}
+        # Per node, the kills last sent for each (job_id, run) and when: each is sent once.
+        self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -785,7 +788,7 @@ class Controller:
                 if came_back:
                     self._set_state(info, "up")
             ended = self._confirm_gone(node, body.running, now) or ended
-            reply = self._reply(node, body.running, ended)
+            reply = self._reply(node, body.running, now)
             self._answered[node] = self._gen[node]
         if ended or came_back:
             self._wake()
@@ -1397,7 +1400,7 @@ class Controller:
         The deadline is a kill's (cancel, preemption) or the time limit plus
         the kill grace (the agent enforces the limit itself). A cancel or a
         timeout is recorded (CANCELLED, TIMEOUT, PREEMPTED) and SIGKILL is
-        sent on every later sync; the room stays held until the agents
+        sent on the next sync; the room stays held until the agents
         confirm the run gone or its node goes DOWN, as Slurm keeps a
         COMPLETING job's nodes. A requeue only escalates to SIGKILL: the job
         cannot run again while its old run may still hold its GPUs.
@@ -1753,15 +1756,18 @@ class Controller:
             "exit_code": rep.exit_code,
             "signal": rep.signal,
             "message": rep.message,
+            "cause": rep.cause,
         }
         exits = {**live.exits, node: exit}
         ok = rep.state == "exited" and rep.exit_code == 0
         mode = live.kill["mode"] if live.kill else None
-        if (
-            mode is None
-            and rep.state == "signalled"
-            and live.start_time is not None
-            and (now >= live.start_time + live.time_limit_s)
+        # A run its time limit ended is TIMEOUT whatever its exit (as in Slurm), even
+        # one that traps SIGTERM and exits 0; an agent that gives no cause is taken
+        # at its word only for a death by signal after the limit.
+        past_limit = live.start_time is not None and now >= live.start_time + live.time_limit_s
+        if mode is None and (
+            any(e.get("cause") == "time_limit" for e in exits.values())
+            or (rep.cause is None and rep.state == "signalled" and past_limit)
         ):
             mode = "timeout"
         others = [n for n in live.node_list if n not in exits]
@@ -1798,7 +1804,14 @@ class Controller:
             self.book.stop(live.job_id, int(now), requeue=False)
         return self._end_change(live, mode, code, signal, now, str(worst["message"]), outcome)
 
-    def _reply(self, node: str, running: Sequence[RunRef], ended: bool) -> SyncReply:
+    def _reply(self, node: str, running: Sequence[RunRef], now: float) -> SyncReply:
+        """What ``node`` must start and kill, given the runs it holds.
+
+        A run under a kill gets it whether the agent holds the run or not: one
+        it has not started yet (the start and a cancel crossed) it ends
+        unstarted and reports, so the job ends at once and the start can never
+        run later. Each kill is sent once (``_new_kills``).
+        """
         held = {(r.job_id, r.run) for r in running}
         starts: list[JobLaunch] = []
         kills: list[JobKill] = []
@@ -1809,16 +1822,15 @@ class Controller:
             if node in live.exits:
                 continue  # this gang task has ended; the others run on
             if live.kill is not None:
-                if (job_id, live.run) in held:
-                    kills.append(
-                        JobKill(
-                            job_id=job_id,
-                            run=live.run,
-                            signal=live.kill["signal"],
-                            grace_s=int(live.kill["grace_s"]),
-                            reason=live.kill["mode"],
-                        )
+                kills.append(
+                    JobKill(
+                        job_id=job_id,
+                        run=live.run,
+                        signal=live.kill["signal"],
+                        grace_s=int(live.kill["grace_s"]),
+                        reason=live.kill["mode"],
                     )
+                )
             elif (job_id, live.run) not in held:
                 starts.append(self._launch(live, node))
         for job_id, run in sorted(held - desired):
@@ -1827,10 +1839,31 @@ class Controller:
             )
         return SyncReply(
             jobs_to_start=starts,
-            jobs_to_kill=kills,
+            jobs_to_kill=self._new_kills(node, kills, now),
             heartbeat_interval_s=self.setup.heartbeat_interval_s,
             node_state=self._node_state(node),
         )
+
+    def _new_kills(self, node: str, kills: Sequence[JobKill], now: float) -> list[JobKill]:
+        """The kills of ``kills`` not yet sent to ``node``: a changed one (SIGKILL after
+        TERM) at once, the same one again only ``KILL_RESEND_S`` after it was sent
+        (in case the answer was lost). Forgets the kills no longer wanted."""
+        sent = self._kills_sent.get(node, {})
+        fresh: list[JobKill] = []
+        remembered: dict[tuple[str, int], tuple[JobKill, float]] = {}
+        for kill in kills:
+            key = (kill.job_id, kill.run)
+            before = sent.get(key)
+            if before is not None and before[0] == kill and now - before[1] < KILL_RESEND_S:
+                remembered[key] = before
+            else:
+                fresh.append(kill)
+                remembered[key] = (kill, now)
+        if remembered:
+            self._kills_sent[node] = remembered
+        else:
+            self._kills_sent.pop(node, None)
+        return fresh
 
     def _live(self, job_id: str) -> LiveJob:
         """An active job, or one in cleanup."""
