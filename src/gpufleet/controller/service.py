@@ -343,29 +343,32 @@ class Controller:
         now = self.clock.now()
         spec_json = spec.model_dump(mode="json", exclude={"request_id"})
         request_json = request_to_json(request)
+        common = {
+            "job_num": num,
+            "array_limit": array.limit if array else None,
+            "name": spec.name,
+            "user": principal.user,
+            "account": account,
+            "partition": partition,
+            "qos": qos,
+            "state": "PENDING",
+            "reason": "",
+            "held": spec.hold,
+            "nice": spec.nice,
+            "submit_time": now,
+            "begin_time": float(spec.begin) if spec.begin is not None else None,
+            "time_limit_s": time_limit,
+            "request": request_json,
+            "spec": spec_json,
+            "dependency": spec.dependency,
+            "requeue": spec.requeue,
+        }
         rows = [
             {
+                **common,
                 "id": first_pk + i,
                 "job_id": str(num) if task is None else f"{num}_{task}",
-                "job_num": num,
                 "array_task_id": task,
-                "array_limit": array.limit if array else None,
-                "name": spec.name,
-                "user": principal.user,
-                "account": account,
-                "partition": partition,
-                "qos": qos,
-                "state": "PENDING",
-                "reason": "",
-                "held": spec.hold,
-                "nice": spec.nice,
-                "submit_time": now,
-                "begin_time": float(spec.begin) if spec.begin is not None else None,
-                "time_limit_s": time_limit,
-                "request": request_json,
-                "spec": spec_json,
-                "dependency": spec.dependency,
-                "requeue": spec.requeue,
                 "request_id": spec.request_id if i == 0 else None,
             }
             for i, task in enumerate(tasks)

@@ -19,6 +19,7 @@ it if needed: tests share one database this way.
 from __future__ import annotations
 
 import json as _json
+import operator
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -126,8 +127,7 @@ class Store:
     def insert(
         self, conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]
     ) -> None:
-        """Insert ``rows`` (all with the same keys, in the same order) in the open
-        transaction of ``conn``.
+        """Insert ``rows`` (all with the same keys) in the open transaction of ``conn``.
 
         The rows go to the driver as tuples, past SQLAlchemy's per-value
         processing, and a JSON value shared by many rows (an array job's spec)
@@ -138,6 +138,7 @@ class Store:
         if not rows:
             return
         columns = list(rows[0])
+        pick = operator.itemgetter(*columns)
         json_at = [i for i, c in enumerate(columns) if isinstance(table.c[c].type, sa.JSON)]
         texts: dict[int, str] = {}  # id() of a value -> its JSON; the rows keep them alive
 
@@ -149,7 +150,7 @@ class Store:
 
         values: list[list[Any]] = []
         for row in rows:
-            items = list(row.values())
+            items = list(pick(row)) if len(columns) > 1 else [pick(row)]
             for i in json_at:
                 if items[i] is not None:
                     items[i] = dumps(items[i])
