@@ -105,3 +105,20 @@ def test_merged_inserts_and_copy_keep_every_row_and_its_json(db: Database) -> No
     assert rows[599].request == {"cpu_milli": 600, "env": {"A": "x y"}}
     assert rows[600].request == {"cpu_milli": 1000}
     store.close()
+
+
+def test_inserted_rows_may_share_json_and_list_their_keys_in_any_order(db: Database) -> None:
+    store = db.open()
+    store.migrate()
+    shared = {"command": ["true"], "env": {"A": "1"}}
+    first = {**_job(1), "spec": shared, "node_list": None, "held": True}
+    second = dict(reversed({**_job(2), "spec": shared, "node_list": ["n1"], "held": False}.items()))
+    with store.write() as conn:
+        store.insert(conn, t.jobs, [first, second])
+    with store.read() as conn:
+        rows = conn.execute(
+            sa.select(t.jobs.c.job_id, t.jobs.c.spec, t.jobs.c.node_list, t.jobs.c.held)
+            .order_by(t.jobs.c.id)
+        ).all()
+    assert [tuple(r) for r in rows] == [("1", shared, None, True), ("2", shared, ["n1"], False)]
+    store.close()
