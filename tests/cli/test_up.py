@@ -9,8 +9,9 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,9 +23,11 @@ START_S = 60.0  # the first cycle compiles the placement kernels
 
 
 @contextmanager
-def gpufleet_up(data: Path, log: Path) -> Iterator[tuple[str, httpx.Client]]:
+def gpufleet_up(
+    data: Path, log: Path, stop: signal.Signals = signal.SIGTERM
+) -> Iterator[tuple[str, httpx.Client]]:
     """Run ``gpufleet up --data DATA``; yield its banner and an admin client.
-    Stops it with SIGTERM on leaving and requires a clean stop."""
+    Stops it with ``stop`` on leaving and requires a clean, quiet stop."""
     argv = [sys.executable, "-m", "gpufleet.cli.main", "up", "--data", str(data), "--port", "0"]
     with log.open("a") as err:
         up = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -41,9 +44,11 @@ def gpufleet_up(data: Path, log: Path) -> Iterator[tuple[str, httpx.Client]]:
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url[1], headers=headers) as api:
             yield banner, api
-        up.send_signal(signal.SIGTERM)
+        up.send_signal(stop)
         assert up.wait(10) == 0
         assert "gpufleet stopped" in up.stdout.read()
+        logged = log.read_text()
+        assert "Traceback" not in logged and " ERROR " not in logged, logged
     finally:
         if up.poll() is None:
             up.kill()
@@ -51,7 +56,7 @@ def gpufleet_up(data: Path, log: Path) -> Iterator[tuple[str, httpx.Client]]:
         up.stdout.close()
 
 
-def submit(api: httpx.Client, job: dict[str, object]) -> str:
+def submit(api: httpx.Client, job: Mapping[str, object]) -> str:
     created = api.post("/v1/jobs", json=job)
     assert created.status_code == 201, created.text
     job_id: str = created.json()["job_id"]
@@ -98,12 +103,17 @@ def test_up_runs_jobs_and_stops_cleanly(tmp_path: Path) -> None:
         marker = tmp_path / "started"
         touching = ["sh", "-c", f"touch {marker}; sleep 30"]
         cancelled = submit(api, {**sleeper, "command": touching})
-        # Cancel once the agent runs it (a cancel between the controller's
-        # start and the agent's is the controller's backstop to resolve).
         wait_file(marker)
         assert api.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
         assert wait_state(api, cancelled) == "CANCELLED"
         assert wait_state(api, timed) == "TIMEOUT"
+        # Cancelled at once: pending, or between the controller's start and the
+        # agent's. Either way it ends promptly, not at the backstop (60 s).
+        raced = submit(api, sleeper)
+        cancelling = time.monotonic()
+        assert api.post(f"/v1/jobs/{raced}/cancel").status_code == 200
+        assert wait_state(api, raced) == "CANCELLED"
+        assert time.monotonic() - cancelling < 20
 
 
 def test_a_new_up_finds_the_running_jobs(tmp_path: Path) -> None:
@@ -119,3 +129,26 @@ def test_a_new_up_finds_the_running_jobs(tmp_path: Path) -> None:
         assert api.get(f"/v1/jobs/{job_id}").json()["state"] == "RUNNING"
         assert api.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
         assert wait_state(api, job_id) == "CANCELLED"
+
+
+def test_up_stops_at_once_with_a_long_poll_parked(tmp_path: Path) -> None:
+    # Ctrl-C while an agent's long poll waits: it is answered, not cancelled
+    # after the grace with a traceback in the log.
+    data = tmp_path / "data"
+    answers: list[int] = []
+    with gpufleet_up(data, tmp_path / "up.log", signal.SIGINT) as (_, api):
+        token = (data / "agent.token").read_text().strip()
+        sync = str(api.base_url).rstrip("/") + "/v1/agents/local/sync"
+
+        def poll() -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            answer = httpx.post(sync, json={"wait_s": 30}, headers=headers, timeout=60)
+            answers.append(answer.status_code)
+
+        parked = threading.Thread(target=poll)
+        parked.start()
+        time.sleep(1)
+        stopping = time.monotonic()
+    parked.join()
+    assert answers == [200]
+    assert time.monotonic() - stopping < 5  # the grace is 2 s; a poll slice is 1 s

@@ -107,6 +107,7 @@ def up(
     from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.api.app import create_app
+    from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
     from gpufleet.controller.service import Controller
     from gpufleet.controller.setup import setup_from_config
@@ -182,8 +183,6 @@ def up(
         inventory=declared.group,
         gpu_uuids=declared.gpu_ids,
         runner=runner,
-        # Short polls: one in flight when the server stops must end within its grace.
-        max_wait_s=STOP_GRACE_S / 2,
     )
     refused: list[Refused] = []
 
@@ -194,14 +193,18 @@ def up(
             refused.append(e)
             logging.getLogger("gpufleet.agent").error("the controller refused the agent: %s", e)
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            agent.stop()  # first, so its long poll does not hold the shutdown
-            super().handle_exit(sig, frame)
-
     thread = threading.Thread(target=run_agent, name="agent", daemon=True)
     try:
         app = create_app(controller, max_body_bytes=built.server.max_payload_bytes)
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                agent.stop()  # so that it does not sync again once answered
+                # Parked long polls (this agent's and any other's) answer within
+                # a second, inside the grace, instead of being cancelled.
+                stop_long_polls(app)
+                super().handle_exit(sig, frame)
+
         thread.start()
         _welcome(api, data, declared.node.name, described or f"as declared in {inventory}")
         # uvicorn re-raises the signal it stopped on under the handler found
