@@ -41,6 +41,7 @@ nodes = ["local"]
 [[policy.partitions]]
 name = "debug"
 nodes = ["local"]
+default_time_s = 300
 max_time_s = 600
 
 [[policy.accounts]]
