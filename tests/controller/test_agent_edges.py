@@ -88,6 +88,17 @@ def test_a_kill_is_sent_once_then_again_only_after_the_resend_time(cluster: Clus
     assert cluster.ctl.get_node(principal=OPERATOR, name=node).jobs == []
 
 
+def test_a_registering_agent_gets_its_kills_again(cluster: Cluster) -> None:
+    # A restarted agent may have lost the answer that carried them.
+    job, node = whole_node_job(cluster)
+    sync(cluster, node)
+    cluster.ctl.cancel_job(principal=ANA, job_id=job)
+    assert kills(sync(cluster, node, job)) == [(job, 1, "TERM")]
+    cluster.register(node)
+    assert kills(sync(cluster, node, job)) == [(job, 1, "TERM")]
+    assert kills(sync(cluster, node, job)) == []
+
+
 def test_an_unexpected_run_is_killed_once(cluster: Cluster) -> None:
     assert kills(sync(cluster, "n1", "77")) == [("77", 1, "KILL")]
     assert kills(sync(cluster, "n1", "77")) == []

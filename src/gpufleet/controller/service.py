@@ -701,7 +701,8 @@ class Controller:
 
         A new node joins the cluster; a known one keeps its state (a drain
         survives). Runs the agent holds that the store does not expect are
-        killed on its next sync. Invalid names the bad inventory key.
+        killed on its next sync, and kills already sent are sent again.
+        Invalid names the bad inventory key.
         """
         self._agent_check(principal, node)
         try:
@@ -749,6 +750,7 @@ class Controller:
             info.inventory = dict(body.inventory)
             info.last_heartbeat = info.saved_heartbeat = now
             self._set_state(info, "up")
+            self._kills_sent.pop(node, None)  # a new agent process: it may have missed them
             self._bump(node)
         self._wake()
         return RegisterReply(
