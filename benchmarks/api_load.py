@@ -2,17 +2,19 @@
 
 Each measurement runs a real controller (``gpufleet server``) as a separate
 process on 127.0.0.1 and a free port, with its own data directory, and talks
-to it over HTTP only, from other processes:
+to it over HTTP only, from other processes. One submission first lets a fresh
+server's first cycle (profile, kernels) pass:
 
-* submissions: ``--procs`` client processes of ``--threads`` threads each,
-  every thread on one keep-alive ``httpx`` connection, POST small jobs (one
-  CPU, ``true``) with a ``request_id`` for ``--burst`` seconds; jobs/s is the
-  acknowledged submissions over the time from the start to the last
-  acknowledgement, median of ``--repeat`` bursts on the same server. The
+* submissions: 4 client processes of 4 threads each (``FULL``), every
+  thread on one keep-alive ``httpx`` connection, POST small jobs (one CPU,
+  ``true``) with a ``request_id`` for 5 seconds; jobs/s is the acknowledged
+  submissions over the time from the start to the last acknowledgement,
+  median of ``--repeat`` bursts on the same server. The
   one declared node has no agent, so the jobs stay pending and every
   submission wakes the scheduler, as a flood of submissions would. The same
-  bursts of held jobs (which the scheduler skips) give the rate of the
-  submission path alone;
+  bursts of held jobs (which the scheduler skips), run first on the empty
+  queue, give the rate of the submission path alone; the server's CPU time
+  per submission is reported for both;
 * a 10,000-task array: the time of its one POST (median of 3, each after a
   quiet second);
 * reads with 100,000 jobs in the store: the store is filled with held arrays
@@ -425,9 +427,9 @@ def measure_store(kind: str, s: Site, scale: Scale) -> dict[str, Any]:
         warm_up(server.url, s.tokens["u0"], {"command": ["true"], "workdir": workdir})
         out: dict[str, Any] = {}
         jobs = 0
-        # Held jobs next: the scheduler has nothing to place, so that is the submission
+        # Held jobs first: the scheduler has nothing to place, so that is the submission
         # path (HTTP, validation, commit) with the cycles' cost taken out.
-        for key, hold in (("submit", False), ("submit_held", True)):
+        for key, hold in (("submit_held", True), ("submit", False)):
             rates = []
             cpu0, count = server.cpu_s(), 0
             for r in range(scale.repeat):
@@ -572,7 +574,7 @@ def check_crash(s: Site, acked: list[str], marks: Path) -> dict[str, int]:
     store = Store(sqlite_url(s.data) if s.db is None else s.db)
     try:
         with store.read() as conn:
-            stored = Counter(
+            stored: Counter[str] = Counter(
                 conn.execute(
                     sa.select(t.jobs.c.request_id).where(t.jobs.c.request_id.is_not(None))
                 ).scalars()

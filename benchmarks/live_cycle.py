@@ -183,7 +183,7 @@ def main() -> None:
             controller = controller_on(template, root / f"run{rep}", book)
             before = controller.writer.batches if controller.writer else 0
             first.append(timed(controller.run_cycle_now))
-            started = sum(1 for j in controller._jobs.values() if j.state == "RUNNING")
+            started = len(controller.book.running)
             commits = (controller.writer.batches if controller.writer else 0) - before
             if rep < 2:
                 controller.stop()
