@@ -10,17 +10,21 @@ nodes, backstop, sync the queue, snapshot the book, ``run_cycle``, apply the
 plan, persist its effects in one transaction, notify. A manual clock stands
 at cycle.py's ``NOW``, so time does not move between cycles.
 
-* bare: cycle.py's full cycle, measured here in the same process, so both
-  figures see the same machine load: ``run_cycle`` on the book's snapshot
-  with a warm profile, median of ``--repeat``;
-* live first: the controller's first cycle, with a fresh profile (cold
-  cache) and the plan's starts persisted;
-* live: the cycles after it (warm profile; the queue judged again in full,
-  as the bare cycle judges it), median of ``--repeat``.
+* cycle.py full and cold: its full cycle (``run_cycle`` on the book's
+  snapshot, warm profile, median of ``--repeat``) and its cold one (a fresh
+  profile each time, median of 3), measured here in the same process so
+  that every figure sees the same machine load;
+* live first: a fresh controller's first cycle on a fresh copy of the store
+  (cold profile; it plans about the same starts as cycle.py's cycle and
+  persists them), median of 3;
+* live: the cycles after it (warm profile, nothing more fits, the whole
+  queue judged again), median of ``--repeat``;
+* same state bare: ``run_cycle`` on that controller's own book with a warm
+  profile, so ``live_to_same_state_bare`` is the live path's overhead.
 
-The ratio is live over bare (target <= 1.5). With ``--profile`` (or when
-the ratio is over 1.5 and ``--json`` is not given) one more live cycle runs
-under cProfile and its top functions are printed.
+The target is a live cycle within 1.5x of cycle.py's figure. With
+``--profile``, one warm and one first live cycle run under cProfile and
+their top functions are printed.
 
 ``python benchmarks/live_cycle.py --json`` prints the result as JSON on its last line.
 """
