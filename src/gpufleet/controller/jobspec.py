@@ -9,20 +9,27 @@ Everything a user types is checked here, once, and every complaint is an
   (``,`` means all must hold; an array job id stands for all its tasks);
 * ``signal``: ``[B:]SIG[@seconds]`` (``USR1@90``);
 * output paths: ``%j`` job id, ``%A`` array job id, ``%a`` array index,
-  ``%x`` job name, ``%u`` user, ``%%`` a percent sign.
+  ``%x`` job name, ``%u`` user, ``%%`` a percent sign;
+* ``constraint``: node features, ``a100&ib|zone=eu`` (``core.constraints``).
+
+Node names (``nodelist``, ``exclude``) are checked against the nodes the
+controller knows when the job is submitted (``check_nodes``).
 """
 
 from __future__ import annotations
 
 import re
 import signal as signals
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
 
 from gpufleet.api.schemas import MAX_ARRAY_TASKS, JobSubmit
 from gpufleet.controller.errors import Invalid
-from gpufleet.core.model import InvalidSpec, Request
+from gpufleet.core.constraints import parse_constraint
+from gpufleet.core.job import Partition
+from gpufleet.core.model import InvalidSpec, Node, Request
 
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
 _JOB_REF = re.compile(r"^[0-9]{1,18}(_[0-9]{1,9})?$")
@@ -162,6 +169,11 @@ def check_spec(spec: JobSubmit) -> tuple[Request, ArraySpec | None, Dependency |
         raise Invalid("body.command", "must not contain NUL characters")
     if spec.signal is not None:
         parse_signal(spec.signal)
+    if spec.constraint:
+        try:
+            parse_constraint(spec.constraint)
+        except InvalidSpec as e:
+            raise Invalid("body.constraint", e.reason) from None
     try:
         request = Request(
             cpu_milli=spec.cpus_per_task * 1000,
@@ -179,6 +191,49 @@ def check_spec(spec: JobSubmit) -> tuple[Request, ArraySpec | None, Dependency |
     array = parse_array(spec.array) if spec.array is not None else None
     dependency = parse_dependency(spec.dependency) if spec.dependency is not None else None
     return request, array, dependency
+
+
+def check_nodes(
+    spec: JobSubmit, node_named: Callable[[str], Node | None], partition: Partition
+) -> None:
+    """Refuse a nodelist or exclude list the job could never run with; Invalid names the field.
+
+    ``node_named`` finds a node the controller knows now (declared in its
+    configuration or registered by an agent), None for a name it does not.
+    As Slurm's "Invalid node name specified", a name it does not know is
+    refused, even one whose agent registers later. A nodelist is where the
+    job runs, all of it, so it must name nodes of ``partition``, at least
+    ``nodes`` of them, and none that ``exclude`` names too.
+    """
+    listed: dict[str, Node] = {}
+    for field, names in (("body.nodelist", spec.nodelist), ("body.exclude", spec.exclude)):
+        unknown: set[str] = set()
+        for name in names:
+            node = node_named(name)
+            if node is None:
+                unknown.add(name)
+            elif field == "body.nodelist":
+                listed[name] = node
+        if unknown:
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise Invalid(field, f"no node {min(unknown)!r}{more}")
+    if not listed:
+        return
+    both = sorted(listed.keys() & set(spec.exclude))
+    if both:
+        raise Invalid("body.exclude", f"{both[0]!r} is also in the nodelist")
+    p = partition
+    if p.nodes or p.pools:
+        outside = sorted(
+            n for n, node in listed.items() if n not in p.nodes and node.pool not in p.pools
+        )
+        if outside:
+            raise Invalid("body.nodelist", f"{outside[0]!r} is not in partition {p.name}")
+    if len(listed) < spec.nodes:
+        raise Invalid(
+            "body.nodelist",
+            f"names {len(listed)} node(s) but the job asks for {spec.nodes} (nodes)",
+        )
 
 
 def request_to_json(r: Request) -> dict[str, object]:

@@ -7,6 +7,7 @@ never queries the database. Finished jobs live only in the store.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +69,14 @@ class LiveJob:
         return [str(p["node"]) for p in self.placements]
 
     def job(self) -> Job:
-        """The core job the cycle schedules (built once)."""
+        """The core job the cycle schedules (built once).
+
+        Its node constraints come from the submitted spec, and ``begin_time``
+        (rounded up to the core's whole seconds) makes the cycle give
+        ``BeginTime`` until then: the core alone decides when it may start.
+        """
         if self.core is None:
+            spec = self.spec
             self.core = Job(
                 id=self.job_id,
                 user=self.user,
@@ -80,6 +87,11 @@ class LiveJob:
                 submit_time=int(self.submit_time),
                 time_limit_s=self.time_limit_s,
                 priority_nice=self.nice,
+                nodelist=tuple(spec.get("nodelist") or ()),
+                exclude=tuple(spec.get("exclude") or ()),
+                constraint=spec.get("constraint") or "",
+                exclusive=bool(spec.get("exclusive")),
+                begin_time=math.ceil(self.begin_time) if self.begin_time else 0,
             )
         return self.core
 

@@ -77,7 +77,13 @@ from gpufleet.api.schemas import (
 from gpufleet.controller import accounting, fairshare, persist
 from gpufleet.controller.clock import Clock, WallClock
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
-from gpufleet.controller.jobspec import check_spec, expand_path, request_from_json, request_to_json
+from gpufleet.controller.jobspec import (
+    check_nodes,
+    check_spec,
+    expand_path,
+    request_from_json,
+    request_to_json,
+)
 from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.setup import ControllerSetup
@@ -325,6 +331,8 @@ class Controller:
         if tree is not None and len(tree) > 1 and not _has_account(tree, account):
             raise Invalid("body.account", f"no account {account!r}")
         part = self.setup.partitions[partition]
+        if spec.nodelist or spec.exclude:
+            check_nodes(spec, self._node_named, part)
         # As Slurm: a partition without a default time gives its maximum.
         time_limit = spec.time_limit_s or part.default_time_s or part.max_time_s or DEFAULT_TIME_S
         if part.max_time_s and time_limit > part.max_time_s:
@@ -1165,7 +1173,7 @@ class Controller:
         statements: list[sa.Executable] = []
         self._expire_nodes(now, changes, statements)
         self._backstop(now, changes)
-        self._sync_queue(now)
+        self._sync_queue()
         if self._profile is None or (
             now - self._profile_at >= PROFILE_MIN_S and self._window.drift() >= PROFILE_DRIFT
         ):
@@ -1468,8 +1476,12 @@ class Controller:
 
         return Change(live, {"cleanup": False, "kill": None}, [], after=after)
 
-    def _sync_queue(self, now: float) -> None:
-        """Put exactly the pending jobs that may start now in the book; give the rest a reason."""
+    def _sync_queue(self) -> None:
+        """Put in the book the pending jobs the cycle may consider; give the rest a reason.
+
+        Held jobs, unmet dependencies and array tasks over their limit stay out;
+        the cycle itself keeps a job to its begin time and node constraints.
+        """
         running_tasks: dict[int, int] = defaultdict(int)
         singles: dict[tuple[str, str], int] = {}
         for job in self._jobs.values():
@@ -1496,8 +1508,6 @@ class Controller:
             reason = ""
             if job.held:
                 reason = "JobHeldUser"
-            elif job.begin_time is not None and job.begin_time > now:
-                reason = "BeginTime"
             elif job.dependency is not None:
                 reason = self._dependency_reason(job, singles)
             if not reason and job.array_limit is not None:
@@ -1512,6 +1522,10 @@ class Controller:
                     self.book.withdraw(job.job_id)
             elif job.job_id not in pending:
                 self.book.submit(job.job(), runs=job.run)
+
+    def _node_named(self, name: str) -> Node | None:
+        info = self._nodes.get(name)
+        return info.node if info is not None else None
 
     def _active_ref(self, ref: str) -> bool:
         return ref in self._jobs or (ref.isdigit() and int(ref) in self._by_num)
