@@ -2,19 +2,24 @@
 
 On a manual clock, against SQLite and PostgreSQL: the cycle honours what
 the job was submitted with, also after a restart, and submission refuses
-what could never run, naming the field.
+what could never run, naming the field. Last, the options once through
+``gpufleet submit`` against ``gpufleet up``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli.live import SITE, running_up
 from controller.harness import ADMIN, ANA, Cluster, inventory, spec
 from gpufleet.adapters.inventory import nodes_from_groups
 from gpufleet.api.agent_schemas import AgentRegister
+from gpufleet.cli.main import main
 from gpufleet.controller.errors import Invalid
 from gpufleet.core.job import Partition
 from store.databases import Database
@@ -216,3 +221,31 @@ def test_a_nodelist_must_lie_in_the_partition(db: Database) -> None:
         assert parted.ctl.submit(principal=ANA, spec=spec(nodelist=["n1"])).job_id
     finally:
         parted.ctl.stop()
+
+
+def test_the_options_through_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def submit(*options: str) -> tuple[int, str, str]:
+        status = main(["submit", "--parsable", "--wrap", "true", "-p", "debug", *options])
+        out, err = capsys.readouterr()
+        return status, out.strip(), err
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    with running_up(tmp_path / "data", SITE) as up:
+        monkeypatch.setenv("GPUFLEET_URL", up.url)
+        monkeypatch.setenv("GPUFLEET_TOKEN", up.tokens["ada"])
+        status, ran, err = submit("-w", "local", "--exclusive", "-b", "now-1minute")
+        assert (status, err) == (0, "")
+        status, never, err = submit("-C", "no-such-label")
+        assert (status, err) == (0, "")
+        assert up.wait_final(ran, "ada") == "COMPLETED"
+        with up.api("ada") as api:
+            deadline = time.monotonic() + 30
+            while (job := api.get(f"/v1/jobs/{never}").json())["reason"] != "ReqNodeNotAvail":
+                assert time.monotonic() < deadline, job
+                time.sleep(0.1)
+        status, out, err = submit("-w", "local", "-x", "local,elsewhere")
+        assert (status, out) == (2, "")
+        assert err == "error: submit: body.exclude: no node 'elsewhere'\n"
