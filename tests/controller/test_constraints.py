@@ -129,6 +129,7 @@ def test_an_exclusive_job_waits_while_anything_runs_on_its_nodes(cluster: Cluste
 def test_begin_waits_with_begin_time_until_the_clock_passes_it(cluster: Cluster) -> None:
     clock = cluster.clock
     job = submit(cluster, begin=int(clock.now()) + 600)
+    assert reason(cluster, job) == "BeginTime"  # at once, before any cycle
     cluster.ctl.run_cycle_now()
     assert (cluster.state(job), reason(cluster, job)) == ("PENDING", "BeginTime")
     clock.advance(599)

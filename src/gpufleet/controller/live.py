@@ -123,6 +123,7 @@ class LiveJob:
             spec=values["spec"],
             dependency=dependency,
             requeue=values["requeue"],
+            reason=values["reason"],
         )
 
     @classmethod

@@ -360,7 +360,8 @@ class Controller:
             "partition": partition,
             "qos": qos,
             "state": "PENDING",
-            "reason": "",
+            # Known now, as Slurm says at submission; the cycle decides when it may start.
+            "reason": "BeginTime" if spec.begin is not None and spec.begin > now else "",
             "held": spec.hold,
             "nice": spec.nice,
             "submit_time": now,
