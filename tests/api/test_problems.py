@@ -35,6 +35,8 @@ class StandIn:
     def authenticate(self, *, token: str) -> Principal | None:
         return TOKENS.get(token)
 
+    authenticate_cached = authenticate
+
     def get_job(self, **_: Any) -> Any:
         assert self.raises is not None
         raise self.raises

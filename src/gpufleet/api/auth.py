@@ -9,11 +9,13 @@ who owns what.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from gpufleet.api.schemas import Role
 from gpufleet.controller.service import Controller, Principal
@@ -35,7 +37,8 @@ bearer = HTTPBearer(
 )
 
 
-def get_controller(request: Request) -> Controller:
+# The dependencies are coroutines: a sync one costs a hop to the thread pool per request.
+async def get_controller(request: Request) -> Controller:
     """The controller the app was built with."""
     controller: Controller = request.app.state.controller
     return controller
@@ -49,27 +52,32 @@ def _unauthorized(detail: str, error: str | None) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
 
 
-def authenticate(
+async def authenticate(
     controller: ControllerDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    """The caller's principal, from ``Authorization: Bearer TOKEN``; 401 without one."""
+    """The caller's principal, from ``Authorization: Bearer TOKEN``; 401 without one.
+
+    A remembered token is answered in the event loop; only another one reads
+    the store, in the thread pool."""
     if credentials is None:
         raise _unauthorized("an Authorization: Bearer token is required", None)
     token = credentials.credentials
-    principal = (
-        controller.authenticate(token=token) if len(token) <= MAX_TOKEN_LENGTH else None
-    )
+    principal = None
+    if len(token) <= MAX_TOKEN_LENGTH:
+        principal = controller.authenticate_cached(token=token) or await run_in_threadpool(
+            partial(controller.authenticate, token=token)
+        )
     if principal is None:
         raise _unauthorized("the token is unknown or revoked", "invalid_token")
     return principal
 
 
-def require(*roles: Role) -> Callable[[Principal], Principal]:
+def require(*roles: Role) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency that admits only principals with one of ``roles`` (403 otherwise)."""
     allowed = frozenset(roles)
 
-    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
         if principal.role not in allowed:
             raise HTTPException(403, f"the {principal.role} role may not do this")
         return principal

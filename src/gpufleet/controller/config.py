@@ -90,6 +90,12 @@ class ServerConfig(_Strict):
     interval_s: int = Field(
         30, ge=1, le=3600, description="a scheduling cycle at least this often (sched_interval)"
     )
+    sched_min_interval_s: float = Field(
+        0.2,
+        ge=0,
+        le=60,
+        description="an event's cycle waits this long after the last one (sched_min_interval)",
+    )
     heartbeat_interval_s: int = Field(
         30, ge=1, le=3600, description="agents sync at least this often"
     )

@@ -36,6 +36,7 @@ submission yet, ``core.workload.TYPICAL`` stands in.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import logging
@@ -43,6 +44,7 @@ import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
@@ -108,7 +110,7 @@ from gpufleet.controller.views import (
 from gpufleet.core.accounts import AccountTree
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import JobState, PreemptMode, RunningJob, gpu_milli_equivalent
-from gpufleet.core.model import Node
+from gpufleet.core.model import Node, Request
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.core.workload import WorkloadWindow, or_typical
 from gpufleet.engine.book import JobBook, Signalled
@@ -122,6 +124,10 @@ PROFILE_DRIFT = 0.1
 PROFILE_MIN_S = 30.0
 """The least time between two rebuilds of the placement profile."""
 USAGE_KEYS = ("user", "account", "partition", "qos")
+BULK_TASKS = 1000
+"""An array of this many tasks or more is built and committed with the collector paused."""
+MAX_SHAPES = 10_000
+"""Distinct requests remembered for sharing; past this the memory starts again."""
 CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
 
@@ -177,7 +183,12 @@ class Controller:
         self.clock: Clock = clock or WallClock()
         self.store = Store(db_url, schema=schema)
         self.writer: GroupWriter | None = None
-        self._lock = threading.RLock()
+        # Submissions hand their committed jobs over through ``_intake``; whoever
+        # takes ``_lock`` next adds them first, so submit never waits for a cycle.
+        self._intake: list[tuple[list[LiveJob], Request, int]] = []
+        self._intake_lock = threading.Lock()
+        self._requests: dict[Request, Request] = {}  # see _interned
+        self._lock = _StateLock(self._take_intake)
         self._ids = threading.Lock()
         self._next_num = 1
         self._next_pk = 1
@@ -222,7 +233,12 @@ class Controller:
             self._load()
             self._started = True
             if loop:
-                self._loop = SchedulerLoop(self._cycle_safely, self.clock, self.setup.interval_s)
+                self._loop = SchedulerLoop(
+                    self._cycle_safely,
+                    self.clock,
+                    self.setup.interval_s,
+                    min_interval_s=self.setup.sched_min_interval_s,
+                )
                 self._loop.start()
 
     def stop(self) -> None:
@@ -250,8 +266,15 @@ class Controller:
         by another process stops working within ``tokens.CACHE_TTL_S`` seconds.
         """
         row = self._tokens.find(token)
-        if row is None:
-            return None
+        return None if row is None else self._principal(row)
+
+    def authenticate_cached(self, *, token: str) -> Principal | None:
+        """``authenticate`` from memory only: None when the token is not remembered
+        (then ask ``authenticate``, which may read the store). Never blocks on I/O."""
+        row = self._tokens.cached(token)
+        return None if row is None else self._principal(row)
+
+    def _principal(self, row: TokenOut) -> Principal:
         spec = self._principals.get(row.user)
         return Principal(
             user=row.user,
@@ -308,7 +331,22 @@ class Controller:
         and the array/dependency/signal syntax (``Invalid`` with ``body.X``),
         and returns after the job is committed. A ``request_id`` seen before
         for this user returns the first job with ``duplicate=True`` and
-        creates nothing.
+        creates nothing. The scheduler takes the job at its next cycle.
+        """
+        return self._submission(principal, spec).result()
+
+    async def submit_async(self, *, principal: Principal, spec: JobSubmit) -> Submitted:
+        """``submit`` for an event loop: checks in the caller's thread (no I/O), then
+        awaits the commit without holding a thread. A caller cancelled meanwhile
+        changes nothing: the job is committed and scheduled all the same."""
+        return await asyncio.wrap_future(self._submission(principal, spec))
+
+    def _submission(self, principal: Principal, spec: JobSubmit) -> Future[Submitted]:
+        """Check and build a submission and queue its commit (see ``submit``).
+
+        The future resolves once the job is committed and handed to the scheduler
+        (in the writer's thread, whether anyone still waits or not); it cannot
+        be cancelled.
         """
         if principal.role == "node":
             raise Forbidden("a node token cannot submit jobs")
@@ -372,6 +410,11 @@ class Controller:
             "dependency": spec.dependency,
             "requeue": spec.requeue,
         }
+        # Tens of thousands of rows and jobs would set off full collections of the
+        # whole heap again and again: the collector waits until they are in memory.
+        bulk = len(tasks) >= BULK_TASKS
+        if bulk:
+            _GC_PAUSE.hold()
         rows = [
             {
                 **common,
@@ -405,20 +448,52 @@ class Controller:
             self.store.insert(conn, t.jobs, rows)
             return None
 
-        if spec.request_id is None and not refs:
-            # Nothing to check first: merged with concurrent submissions into one insert.
-            self._writer().insert([(t.jobs, rows)])
-        else:
-            duplicate = self._writer().call(unit)
+        answer: Future[Submitted] = Future()
+        answer.set_running_or_notify_cancel()  # so that no waiter can cancel it
+
+        def committed(future: Future[Submitted | None]) -> None:
+            try:
+                settle(future)
+            finally:
+                if bulk:
+                    _GC_PAUSE.release()
+
+        def settle(future: Future[Submitted | None]) -> None:
+            error = future.exception()
+            if error is not None:
+                answer.set_exception(error)
+                return
+            duplicate = future.result()
             if duplicate is not None:
-                return duplicate
-        live = [LiveJob.from_values(r, request, dependency) for r in rows]
-        with self._lock:
-            for job in live:
-                self._add_live(job)
-            self._window.submit(request, int(now))
-        self._wake()
-        return Submitted(job_id=str(num), array_task_count=len(rows) if array else 0)
+                answer.set_result(duplicate)
+                return
+            try:
+                shared = self._requests.setdefault(request, request)  # see _interned
+                live = [LiveJob.from_values(r, shared, dependency) for r in rows]
+                with self._intake_lock:
+                    self._intake.append((live, request, int(now)))
+                self._wake()
+            except BaseException as e:  # a bug: the caller must hear of it, not hang
+                answer.set_exception(e)
+                return
+            answer.set_result(
+                Submitted(job_id=str(num), array_task_count=len(rows) if array else 0)
+            )
+
+        try:
+            if spec.request_id is None and not refs:
+                # Nothing to check first: merged with concurrent submissions into one insert.
+                future: Future[Submitted | None] = self._writer().insert_future(
+                    [(t.jobs, rows)]
+                )
+            else:
+                future = self._writer().submit(unit)
+        except BaseException:
+            if bulk:
+                _GC_PAUSE.release()
+            raise
+        future.add_done_callback(committed)
+        return answer
 
     def list_jobs(
         self,
@@ -995,7 +1070,7 @@ class Controller:
         with self.store.read() as conn:
             node_rows = {r.name: r for r in conn.execute(sa.select(t.nodes))}
             jobs = [
-                LiveJob.from_row(r)
+                self._interned(LiveJob.from_row(r))
                 for r in conn.execute(
                     sa.select(t.jobs)
                     .where(sa.or_(t.jobs.c.state.in_(ACTIVE_STATES), t.jobs.c.cleanup))
@@ -1121,6 +1196,26 @@ class Controller:
         )
         for name in job.node_list:
             self._on_node[name].add(job.job_id)
+
+    def _take_intake(self) -> None:
+        """Add the jobs submitted since the lock was last taken (called holding it)."""
+        if not self._intake:
+            return
+        with self._intake_lock:
+            taken, self._intake = self._intake, []
+        for live, request, at in taken:
+            for job in live:
+                if job.job_id not in self._jobs:  # a reload may have read it already
+                    self._add_live(job)
+            self._window.submit(request, at)
+
+    def _interned(self, job: LiveJob) -> LiveJob:
+        """``job`` with its request shared by every job of the same shape: the cycle's
+        caches then find it by identity instead of comparing field by field."""
+        if len(self._requests) > MAX_SHAPES:
+            self._requests.clear()
+        job.request = self._requests.setdefault(job.request, job.request)
+        return job
 
     def _add_live(self, job: LiveJob) -> None:
         self._jobs[job.job_id] = job
@@ -2184,3 +2279,48 @@ def _mig_index(st: ClusterState, node: int, mig_id: str) -> int:
         (st.mig_node == node) & (st.mig_gpu == int(gpu)) & (st.mig_start == start)
     )
     return int(hits[0])
+
+
+class _StateLock:
+    """The controller's state lock (reentrant): each acquisition first runs ``on_enter``
+    (taking in the submissions committed meanwhile)."""
+
+    def __init__(self, on_enter: Callable[[], None]) -> None:
+        self._lock = threading.RLock()
+        self._on_enter = on_enter
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        try:
+            self._on_enter()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class _CollectorPause:
+    """Pauses the cyclic garbage collector while any holder needs it paused.
+
+    ``gc.disable`` is process-wide: the count makes concurrent holders safe
+    (the collector resumes when the last one releases)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holders += 1
+            gc.disable()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                gc.enable()
+
+
+_GC_PAUSE = _CollectorPause()

@@ -50,7 +50,8 @@ class ControllerSetup:
 
     ``nodes`` are the declared nodes (agents may register more). With no
     ``default_partition``/``default_qos`` the first of each is the default.
-    ``interval_s`` is the scheduling period between event-driven cycles;
+    ``interval_s`` is the scheduling period between event-driven cycles, and
+    ``sched_min_interval_s`` the least time between two (``loop.SchedulerLoop``);
     ``heartbeat_timeout_s`` after an agent's last sync its node is down and
     its runs NODE_FAIL. ``workload_window`` is how many recent submissions
     make the placement workload. ``fairshare`` (None: the defaults) says how
@@ -75,6 +76,7 @@ class ControllerSetup:
     default_qos: str | None = None
     default_account: str = "default"
     interval_s: float = 10.0
+    sched_min_interval_s: float = 0.0
     heartbeat_interval_s: float = 15.0
     heartbeat_timeout_s: float = 120.0
     kill_grace_s: int = 30
@@ -120,6 +122,7 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         default_partition=built.default_partition,
         default_qos=built.default_qos,
         interval_s=server.interval_s,
+        sched_min_interval_s=server.sched_min_interval_s,
         heartbeat_interval_s=server.heartbeat_interval_s,
         heartbeat_timeout_s=server.heartbeat_timeout_s,
         kill_grace_s=server.kill_grace_s,

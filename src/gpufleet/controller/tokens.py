@@ -162,6 +162,18 @@ class TokenCache:
         self._cleared = 0
         self._valid: OrderedDict[str, tuple[float, TokenOut]] = OrderedDict()
 
+    def cached(self, secret: str) -> TokenOut | None:
+        """The token ``secret`` stands for if remembered and fresh, else None (no I/O)."""
+        if not secret.startswith(TOKEN_PREFIX):
+            return None
+        digest = persist.token_hash(secret)
+        with self._lock:
+            hit = self._valid.get(digest)
+            if hit is None or self._clock() >= hit[0]:
+                return None
+            self._valid.move_to_end(digest)
+            return hit[1]
+
     def find(self, secret: str) -> TokenOut | None:
         """The token ``secret`` stands for, or None if unknown or revoked (within ``ttl_s``)."""
         if not secret.startswith(TOKEN_PREFIX):

@@ -89,12 +89,16 @@ class GroupWriter:
         Merged with the batch's other inserts, table by table in the order
         first seen, ahead of its other units.
         """
-        future: Future[None] = Future()
+        self.insert_future(rows).result()
+
+    def insert_future(self, rows: Rows) -> Future[Any]:
+        """``insert`` without waiting: the future resolves (to None) once committed."""
+        future: Future[Any] = Future()
         with self._lock:
             if self._stopped:
                 raise WriterStopped("the store writer is stopped")
             self._queue.put(_Unit(None, future, rows))
-        future.result()
+        return future
 
     def stop(self) -> None:
         """Finish the queued work, then stop the thread. Idempotent."""

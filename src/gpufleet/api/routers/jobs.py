@@ -35,12 +35,13 @@ JobId = Annotated[
     summary="Submit a job",
     responses={200: {"model": Submitted, "description": "a retry of an earlier request_id"}},
 )
-def submit(
+async def submit(
     spec: JobSubmit, response: Response, who: User, controller: ControllerDep
 ) -> Submitted:
     """Queue a job or an array job; 201 with its id, or 200 with the first job's id when
     ``request_id`` repeats an earlier submission of this user."""
-    submitted = controller.submit(principal=who, spec=spec)
+    # In the event loop: the service checks in memory and awaits the commit.
+    submitted = await controller.submit_async(principal=who, spec=spec)
     if submitted.duplicate:
         response.status_code = 200
     return submitted
