@@ -1158,6 +1158,9 @@ class Controller:
                 self._add_live(job)
             if job.state != "PENDING":
                 self._restore_run(job)
+        # The pending jobs go into the book now, as part of rebuilding it, so the first
+        # cycle after a start costs what any other one does.
+        self._sync_queue()
         self._profile = None
 
     def _restore_run(self, job: LiveJob) -> None:
