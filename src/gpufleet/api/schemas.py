@@ -40,6 +40,9 @@ TERMINAL_STATES: frozenset[str] = frozenset(
 )
 
 Role = Literal["admin", "operator", "user", "node"]
+# A user hold: the owner's (or submitted held), which the owner may release. An admin hold:
+# an operator's or admin's, which only an operator or admin may release.
+HoldKind = Literal["user", "admin"]
 
 
 def _nul_free(value: object) -> bool:
@@ -163,6 +166,7 @@ class JobOut(BaseModel):
     stderr_path: str
     priority: float | None = None
     held: bool = False
+    hold: HoldKind | None = Field(None, description="the kind of hold, when held")
     history: list[JobEvent] = Field(default_factory=list)
 
 

@@ -224,7 +224,8 @@ def show(
         ("Account", found.account),
         ("Partition", found.partition),
         ("QOS", found.qos),
-        ("JobState", found.state + (" (held)" if found.held else "")),
+        # A server older than hold kinds says only held: its holds are all user holds.
+        ("JobState", found.state + (f" ({found.hold or 'user'} hold)" if found.held else "")),
         ("Reason", found.reason or "None"),
         ("Priority", "N/A" if found.priority is None else f"{found.priority:g}"),
         ("Nodes", found.nodes),

@@ -11,11 +11,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.schemas import HoldKind
 from gpufleet.controller.jobspec import Dependency, parse_dependency, request_from_json
 from gpufleet.core.job import Job
 from gpufleet.core.model import Node, Request
 
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING"})
+
+# As Slurm: a user hold (the owner's, or submitted held) and an admin hold (an operator's).
+HOLD_REASONS: dict[HoldKind, str] = {"user": "JobHeldUser", "admin": "JobHeldAdmin"}
 
 
 @dataclass(slots=True)
@@ -29,7 +33,8 @@ class LiveJob:
     ended in this run (node -> state, exit_code, signal, message).
     ``cleanup`` marks a job whose run's end is recorded (``state`` is final)
     while its nodes have not all confirmed the run gone (``gone``): its
-    room stays held until they do or are down.
+    room stays held until they do or are down. ``admin_hold`` marks a hold
+    only an operator or admin may release; it is set only with ``held``.
     """
 
     pk: int
@@ -55,6 +60,7 @@ class LiveJob:
     dependency: Dependency | None
     requeue: bool
     reason: str = ""
+    admin_hold: bool = False
     kill: dict[str, Any] | None = None
     start_time: float | None = None
     placements: list[dict[str, Any]] = field(default_factory=list)
@@ -67,6 +73,11 @@ class LiveJob:
     @property
     def node_list(self) -> list[str]:
         return [str(p["node"]) for p in self.placements]
+
+    @property
+    def hold(self) -> HoldKind | None:
+        """The kind of hold the job is under, None when it is not held."""
+        return hold_kind(self.held, self.admin_hold)
 
     def job(self) -> Job:
         """The core job the cycle schedules (built once).
@@ -153,12 +164,20 @@ class LiveJob:
             dependency=parse_dependency(row.dependency) if row.dependency else None,
             requeue=row.requeue,
             reason=row.reason,
+            admin_hold=row.admin_hold,
             kill=row.kill,
             start_time=row.start_time,
             placements=list(row.assignments or []),
             exits=dict(row.task_exits or {}),
             cleanup=row.cleanup,
         )
+
+
+def hold_kind(held: bool, admin_hold: bool) -> HoldKind | None:
+    """A job row's ``held`` and ``admin_hold`` as the kind of hold it is under."""
+    if not held:
+        return None
+    return "admin" if admin_hold else "user"
 
 
 @dataclass(slots=True)

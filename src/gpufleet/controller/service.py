@@ -8,7 +8,8 @@ with keyword arguments and serialise the result. Methods raise only the
 a bug.
 
 Roles: ``admin`` may do everything; ``operator`` sees every job and node and
-may cancel, hold, release or requeue anyone's job and drain or resume nodes;
+may cancel, hold, release or requeue anyone's job and drain or resume nodes
+(its holds are admin holds, which a ``user`` cannot release);
 ``user`` submits and acts on its own jobs only (another user's job is
 ``NotFound`` to it, so job ids leak nothing); ``node`` may only register and
 sync as its own node.
@@ -68,6 +69,7 @@ from gpufleet.api.agent_schemas import (
 )
 from gpufleet.api.schemas import (
     TERMINAL_STATES,
+    HoldKind,
     JobEvent,
     JobOut,
     JobPage,
@@ -86,7 +88,13 @@ from gpufleet.controller.jobspec import (
     request_from_json,
     request_to_json,
 )
-from gpufleet.controller.live import ACTIVE_STATES, LiveJob, NodeInfo
+from gpufleet.controller.live import (
+    ACTIVE_STATES,
+    HOLD_REASONS,
+    LiveJob,
+    NodeInfo,
+    hold_kind,
+)
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.setup import ControllerSetup
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
@@ -399,7 +407,11 @@ class Controller:
             "qos": qos,
             "state": "PENDING",
             # Known now, as Slurm says at submission; the cycle decides when it may start.
-            "reason": "BeginTime" if spec.begin is not None and spec.begin > now else "",
+            "reason": "JobHeldUser"
+            if spec.hold
+            else "BeginTime"
+            if spec.begin is not None and spec.begin > now
+            else "",
             "held": spec.hold,
             "nice": spec.nice,
             "submit_time": now,
@@ -607,11 +619,20 @@ class Controller:
         return self._act(principal, job_id, "cancel", reason or "cancelled by " + principal.user)
 
     def hold_job(self, *, principal: Principal, job_id: str) -> JobOut:
-        """Hold a pending job (or every pending task of an array); Conflict if not pending."""
+        """Hold a pending job (or every pending task of an array), as Slurm's ``scontrol hold``.
+
+        The owner's hold is a user hold (``JobHeldUser``); an operator's or
+        admin's, on any job, an admin hold (``JobHeldAdmin``), which turns a
+        user hold into an admin hold. Conflict if not pending or already so held.
+        """
         return self._act(principal, job_id, "hold", "held by " + principal.user)
 
     def release_job(self, *, principal: Principal, job_id: str) -> JobOut:
-        """Release a held job (or array); Conflict if it is not held."""
+        """Release a held job (or array); Conflict if it is not held.
+
+        Forbidden, naming the job, when a user releases an admin hold: only an
+        operator or admin may; nothing of an array is released then.
+        """
         return self._act(principal, job_id, "release", "released by " + principal.user)
 
     def requeue_job(self, *, principal: Principal, job_id: str) -> JobOut:
@@ -1605,8 +1626,9 @@ class Controller:
             if job.state != "PENDING":
                 continue
             reason = ""
-            if job.held:
-                reason = "JobHeldUser"
+            hold = job.hold
+            if hold is not None:
+                reason = HOLD_REASONS[hold]
             elif job.dependency is not None:
                 reason = self._dependency_reason(job, singles)
             if not reason and job.array_limit is not None:
@@ -1700,7 +1722,7 @@ class Controller:
                 if live is None:
                     finished_rows.append(row)
                     continue
-                change = self._action_change(live, action, now, message)
+                change = self._action_change(live, action, now, message, principal)
                 if change is not None:
                     changes.append(change)
             if action == "requeue" and finished_rows:
@@ -1712,18 +1734,17 @@ class Controller:
                 self._wake()
         return self.get_job(principal=principal, job_id=rows[0].job_id)
 
-    def _action_change(self, live: LiveJob, action: str, now: float, message: str) -> Change | None:
-        if action in ("hold", "release"):
-            held = action == "hold"
-            if live.state != "PENDING" or live.held == held:
-                return None
-            if held and live.job_id in self.book.pending:
-                self.book.withdraw(live.job_id)
-
-            def flip(job: LiveJob) -> None:
-                job.held = held
-
-            return Change(live, {"held": held}, [], after=flip)
+    def _action_change(
+        self, live: LiveJob, action: str, now: float, message: str, principal: Principal
+    ) -> Change | None:
+        if action == "hold":
+            return self._hold_change(live, "admin" if principal.is_operator else "user")
+        if action == "release":
+            if live.hold == "admin" and not principal.is_operator:
+                raise Forbidden(
+                    f"job {live.job_id}: held by an operator or admin, and only they may release it"
+                )
+            return self._hold_change(live, None)
         if live.state == "PENDING":
             if action == "requeue":
                 return None
@@ -1743,6 +1764,24 @@ class Controller:
             [(now, "COMPLETING", message)],
             after=lambda j: _set_kill(j, kill, "COMPLETING"),
         )
+
+    def _hold_change(self, live: LiveJob, hold: HoldKind | None) -> Change | None:
+        """Put a pending job under ``hold`` (None: release it); None when nothing changes.
+
+        An admin hold is never lowered to a user hold. The reason shows at once.
+        """
+        if live.state != "PENDING" or live.hold == hold or (hold == "user" and live.held):
+            return None
+        if hold is not None and live.job_id in self.book.pending:
+            self.book.withdraw(live.job_id)
+        held, admin = hold is not None, hold == "admin"
+
+        def flip(job: LiveJob) -> None:
+            job.held, job.admin_hold = held, admin
+            # The cycle, woken by a release, gives the next reason.
+            job.reason = HOLD_REASONS[hold] if hold is not None else ""
+
+        return Change(live, {"held": held, "admin_hold": admin}, [], after=flip)
 
     def _revive(self, row: Any, now: float, message: str) -> Change:
         live = LiveJob.from_row(row)
@@ -1829,6 +1868,7 @@ class Controller:
             stdout_path=paths["stdout"],
             stderr_path=paths["stderr"],
             held=row.held,
+            hold=hold_kind(row.held, row.admin_hold),
             history=[JobEvent(time=h.time, state=h.state, reason=h.reason) for h in history],
         )
 

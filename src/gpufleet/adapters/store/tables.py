@@ -36,6 +36,8 @@ jobs = sa.Table(
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("reason", sa.String(1024), nullable=False, server_default=""),
     sa.Column("held", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Only an operator or admin may release an admin hold (``held`` is set too).
+    sa.Column("admin_hold", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("nice", sa.Integer, nullable=False, server_default="0"),
     sa.Column("submit_time", Time, nullable=False),
     sa.Column("begin_time", Time),
