@@ -1,0 +1,147 @@
+"""User and admin holds, as Slurm has them, on SQLite and PostgreSQL.
+
+The owner's hold (or a submission held) is a user hold, ``JobHeldUser``,
+that the owner may release; an operator's or admin's hold is an admin hold,
+``JobHeldAdmin``, that only an operator or admin may release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from controller.harness import ADMIN, ANA, OPERATOR, Cluster, spec
+from gpufleet.adapters.store import tables as t
+from gpufleet.controller.errors import Conflict, Forbidden
+from gpufleet.controller.live import hold_kind
+from gpufleet.controller.service import Principal
+from store.databases import Database
+
+
+@pytest.fixture
+def cluster(db: Database) -> Iterator[Cluster]:
+    c = Cluster(db)
+    c.register()
+    yield c
+    c.ctl.stop()
+
+
+def hold_of(cluster: Cluster, job_id: str) -> tuple[str, str | None, str]:
+    """The job's state, hold kind and reason, as its owner sees them."""
+    out = cluster.ctl.get_job(principal=ANA, job_id=job_id)
+    return out.state, out.hold, out.reason
+
+
+def test_a_submission_held_is_a_user_hold_from_the_start(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
+    assert hold_of(cluster, job) == ("PENDING", "user", "JobHeldUser")  # before any cycle
+    cluster.ctl.run_cycle_now()
+    assert hold_of(cluster, job) == ("PENDING", "user", "JobHeldUser")
+
+
+def test_the_owner_holds_and_releases_its_own_job(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec(begin=cluster.clock.now() + 3600)).job_id
+    out = ctl.hold_job(principal=ANA, job_id=job)
+    assert (out.held, out.hold, out.reason) == (True, "user", "JobHeldUser")
+    with pytest.raises(Conflict):
+        ctl.hold_job(principal=ANA, job_id=job)  # already held
+    out = ctl.release_job(principal=ANA, job_id=job)
+    assert (out.held, out.hold) == (False, None)
+    ctl.run_cycle_now()
+    assert hold_of(cluster, job) == ("PENDING", None, "BeginTime")
+
+
+@pytest.mark.parametrize("who", [OPERATOR, ADMIN], ids=["operator", "admin"])
+def test_an_operators_hold_is_an_admin_hold_the_owner_cannot_release(
+    cluster: Cluster, who: Principal
+) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec()).job_id
+    out = ctl.hold_job(principal=who, job_id=job)
+    assert (out.held, out.hold, out.reason) == (True, "admin", "JobHeldAdmin")
+    with pytest.raises(Forbidden, match=f"^job {job}: held by an operator or admin"):
+        ctl.release_job(principal=ANA, job_id=job)
+    with pytest.raises(Conflict):
+        ctl.hold_job(principal=ANA, job_id=job)  # an admin hold is never lowered
+    ctl.run_cycle_now()
+    assert hold_of(cluster, job) == ("PENDING", "admin", "JobHeldAdmin")  # nothing released
+    assert ctl.release_job(principal=who, job_id=job).hold is None
+    ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+
+
+def test_an_operator_turns_a_user_hold_into_an_admin_hold(cluster: Cluster) -> None:
+    ctl = cluster.ctl
+    job = ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
+    assert ctl.hold_job(principal=OPERATOR, job_id=job).hold == "admin"
+    with pytest.raises(Conflict):
+        ctl.hold_job(principal=OPERATOR, job_id=job)  # already an admin hold
+    with pytest.raises(Forbidden):
+        ctl.release_job(principal=ANA, job_id=job)
+
+
+def test_an_operator_may_release_a_user_hold(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
+    assert cluster.ctl.release_job(principal=OPERATOR, job_id=job).hold is None
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+
+
+def test_an_admin_hold_on_one_task_keeps_the_owner_from_releasing_the_array(
+    cluster: Cluster,
+) -> None:
+    ctl = cluster.ctl
+    array = ctl.submit(principal=ANA, spec=spec(array="0-2", hold=True)).job_id
+    ctl.hold_job(principal=OPERATOR, job_id=f"{array}_1")
+    with pytest.raises(Forbidden, match=f"^job {array}_1: "):
+        ctl.release_job(principal=ANA, job_id=array)
+    holds = {j.job_id: j.hold for j in ctl.list_jobs(principal=ANA).jobs}
+    # the refusal released no task, not even the ones under a user hold
+    assert holds == {f"{array}_0": "user", f"{array}_1": "admin", f"{array}_2": "user"}
+
+
+def test_the_hold_kind_survives_a_restart(cluster: Cluster) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.hold_job(principal=OPERATOR, job_id=job)
+    cluster.restart()
+    assert hold_of(cluster, job) == ("PENDING", "admin", "JobHeldAdmin")
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "PENDING"
+    with pytest.raises(Forbidden):
+        cluster.ctl.release_job(principal=ANA, job_id=job)
+
+
+def test_jobs_held_before_the_hold_kinds_become_user_holds(db: Database) -> None:
+    store = db.open()
+    store.migrate("0003")
+    common = {
+        "name": "x",
+        "user": "ana",
+        "account": "a",
+        "partition": "p",
+        "qos": "q",
+        "state": "PENDING",
+        "submit_time": 1.0,
+        "time_limit_s": 60,
+        "request": {"cpu_milli": 1000},
+        "spec": {},
+    }
+    rows = [
+        {**common, "id": pk, "job_id": str(pk), "job_num": pk, "held": held}
+        for pk, held in ((1, True), (2, False))
+    ]
+    with store.write() as conn:
+        conn.execute(t.jobs.insert(), rows)
+    store.migrate()
+    with store.read() as conn:
+        found = conn.execute(
+            sa.select(t.jobs.c.job_id, t.jobs.c.held, t.jobs.c.admin_hold).order_by(t.jobs.c.id)
+        ).all()
+    store.close()
+    assert [(r.job_id, hold_kind(r.held, r.admin_hold)) for r in found] == [
+        ("1", "user"),
+        ("2", None),
+    ]
