@@ -112,6 +112,7 @@ def test_not_found_and_conflict_are_one_line(live: Up, tmp_path: Path) -> None:
             client.job("999999")
         job_id = client.submit(spec(tmp_path).model_copy(update={"begin": 4_000_000_000})).job_id
         client.job_action(job_id, "cancel")
+        assert live.wait_final(job_id, "ada") == "CANCELLED"  # not COMPLETING any more
         with pytest.raises(ApiError) as caught:
             client.job_action(job_id, "hold")
     message = f"conflict: job {job_id}: cannot hold a job that is CANCELLED"

@@ -89,6 +89,8 @@ def test_queue_lists_jobs_with_reason_and_start(
     first = submit(capsys, "--wrap=true", "-J", "first", LATER)
     second = submit(capsys, "--wrap=true", "-J", "second", "-N", "2", LATER)
     assert run(capsys, "cancel", first) == (0, "", "")
+    # A cancel may end a job later (a started one is COMPLETING until its agent confirms).
+    assert as_ada.wait_final(first, "ada") == "CANCELLED"
     status, out, _ = run(capsys, "queue")
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert status == 0
@@ -137,7 +139,10 @@ def test_show_json_has_state_and_stdout_path(
 def test_hold_release_requeue(as_ada: Up, capsys: pytest.CaptureFixture[str]) -> None:
     job_id = submit(capsys, "--wrap=true", LATER)
     assert run(capsys, "hold", job_id)[0] == 0
-    assert shown(capsys, job_id)["held"] is True
+    assert (shown(capsys, job_id)["held"], shown(capsys, job_id)["hold"]) == (True, "user")
+    shown_lines = [line.split() for line in run(capsys, "show", job_id)[1].splitlines()]
+    assert ["JobState", "PENDING", "(user", "hold)"] in shown_lines
+    assert ["Reason", "JobHeldUser"] in shown_lines
     assert run(capsys, "release", job_id)[0] == 0
     assert shown(capsys, job_id)["held"] is False
     run(capsys, "cancel", job_id)
@@ -155,7 +160,7 @@ def test_cancel_reports_each_failure_and_goes_on(
     status, out, err = run(capsys, "cancel", "999999", job_id)
     assert (status, out) == (2, "")
     assert err == "error: cancel 999999: not found: job 999999: no such job\n"
-    assert shown(capsys, job_id)["state"] == "CANCELLED"
+    assert as_ada.wait_final(job_id, "ada") == "CANCELLED"
 
 
 def test_nodes_shows_each_gpus_allocation(
