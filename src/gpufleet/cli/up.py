@@ -50,6 +50,11 @@ CONTROLLER_TOML = """\
 [server]
 heartbeat_interval_s = 5
 
+# Backfill, as Slurm's default sched/backfill: a short job may start ahead
+# of a waiting one when it does not delay that job's planned start.
+[policy.backfill]
+mode = "easy"
+
 [[principals]]
 name = "admin"
 role = "admin"
