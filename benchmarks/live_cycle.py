@@ -50,6 +50,7 @@ from gpufleet.adapters.store import Store, sqlite_url
 from gpufleet.adapters.store import tables as t
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.jobspec import request_to_json
+from gpufleet.controller.live import start_row
 from gpufleet.controller.service import Controller
 from gpufleet.controller.setup import ControllerSetup
 from gpufleet.core.cycle import run_cycle
@@ -90,29 +91,8 @@ def fill_store(store: Store, book: JobBook) -> None:
     for r in book.running.values():
         pk += 1
         start = float(r.job.start_time or 0)
-        placements = [
-            {
-                "node": p.node,
-                "gpus": list(p.gpus),
-                "gpu_uuids": list(p.gpu_uuids),
-                "gpu_milli": p.gpu_milli,
-                "mig": list(p.mig),
-                "cpu_milli": p.cpu_milli,
-                "memory_mib": p.memory_mib,
-                "gpu_memory_mib": a.gpu_memory_mib,
-            }
-            for p, a in zip(book.placements(r.assignments), r.assignments, strict=True)
-        ]
-        rows.append(
-            job_row(pk, r.job)
-            | {
-                "state": "RUNNING",
-                "run": 1,
-                "start_time": start,
-                "node_list": [p["node"] for p in placements],
-                "assignments": placements,
-            }
-        )
+        placed = start_row(book.placements(r.assignments), r.assignments, run=1, start_time=start)
+        rows.append(job_row(pk, r.job) | placed)
     for job in book.pending.values():
         pk += 1
         rows.append(job_row(pk, job))

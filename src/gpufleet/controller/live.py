@@ -8,6 +8,7 @@ never queries the database. Finished jobs live only in the store.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,8 @@ from gpufleet.api.schemas import HoldKind
 from gpufleet.controller.jobspec import Dependency, parse_dependency, request_from_json
 from gpufleet.core.job import Job
 from gpufleet.core.model import Node, Request
+from gpufleet.core.state import Assignment
+from gpufleet.engine.book import Placement
 
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING"})
 
@@ -171,6 +174,45 @@ class LiveJob:
             exits=dict(row.task_exits or {}),
             cleanup=row.cleanup,
         )
+
+
+def start_row(
+    placements: Sequence[Placement],
+    assignments: Sequence[Assignment],
+    *,
+    run: int,
+    start_time: float,
+) -> dict[str, Any]:
+    """The ``jobs`` columns of a job whose run ``run`` starts at ``start_time``.
+
+    ``assignments`` becomes one mapping per task, in gang order (what
+    ``LiveJob.placements`` holds); the reason and the last run's end are cleared.
+    """
+    rows: list[dict[str, Any]] = [
+        {
+            "node": p.node,
+            "gpus": list(p.gpus),
+            "gpu_uuids": list(p.gpu_uuids),
+            "gpu_milli": p.gpu_milli,
+            "mig": list(p.mig),
+            "cpu_milli": p.cpu_milli,
+            "memory_mib": p.memory_mib,
+            "gpu_memory_mib": a.gpu_memory_mib,
+        }
+        for p, a in zip(placements, assignments, strict=True)
+    ]
+    return {
+        "state": "RUNNING",
+        "reason": "",
+        "start_time": start_time,
+        "run": run,
+        "node_list": [p["node"] for p in rows],
+        "gpu_uuids": [u for p in rows for u in p["gpu_uuids"]],
+        "assignments": rows,
+        "end_time": None,
+        "exit_code": None,
+        "signal": None,
+    }
 
 
 def hold_kind(held: bool, admin_hold: bool) -> HoldKind | None:

@@ -94,6 +94,7 @@ from gpufleet.controller.live import (
     LiveJob,
     NodeInfo,
     hold_kind,
+    start_row,
 )
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.setup import ControllerSetup
@@ -1362,32 +1363,8 @@ class Controller:
             self._bump(node)
 
     def _start_change(self, live: LiveJob, s: Any, now: float) -> Change:
-        placements = [
-            {
-                "node": p.node,
-                "gpus": list(p.gpus),
-                "gpu_uuids": list(p.gpu_uuids),
-                "gpu_milli": p.gpu_milli,
-                "mig": list(p.mig),
-                "cpu_milli": p.cpu_milli,
-                "memory_mib": p.memory_mib,
-                "gpu_memory_mib": a.gpu_memory_mib,
-            }
-            for p, a in zip(s.placements, s.assignments, strict=True)
-        ]
-        uuids = [u for p in placements for u in p["gpu_uuids"]]
-        row = {
-            "state": "RUNNING",
-            "reason": "",
-            "start_time": now,
-            "run": s.run,
-            "node_list": [p["node"] for p in placements],
-            "gpu_uuids": uuids,
-            "assignments": placements,
-            "end_time": None,
-            "exit_code": None,
-            "signal": None,
-        }
+        row = start_row(s.placements, s.assignments, run=s.run, start_time=now)
+        placements = row["assignments"]
         run = {
             "job": live.pk,
             "run": s.run,
