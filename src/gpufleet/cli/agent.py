@@ -13,9 +13,14 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from gpufleet.agent.daemon import Agent
+    from gpufleet.agent.inventory import Inventory
+    from gpufleet.agent.runner import Runner
 
 DEFAULT_INVENTORY = Path("/etc/gpufleet/node.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/gpufleet/agent")
@@ -25,6 +30,20 @@ STOP_WAIT_S = 2.0
 def _fail(message: str) -> NoReturn:
     typer.echo("error: " + message.replace("\n", " "), err=True)
     raise typer.Exit(2)
+
+
+def node_agent(declared: Inventory, runner: Runner, *, server: str, token: str) -> Agent:
+    """The agent of the declared node: it registers the node's group table and GPU UUIDs."""
+    from gpufleet.agent.daemon import Agent
+
+    return Agent(
+        server=server,
+        token=token,
+        node=declared.node.name,
+        inventory=declared.group,
+        gpu_uuids=declared.gpu_ids,
+        runner=runner,
+    )
 
 
 def agent(
@@ -59,7 +78,7 @@ def agent(
     ] = False,
 ) -> None:
     """Run this node's agent: register its inventory, then run the jobs the controller starts."""
-    from gpufleet.agent.daemon import Agent, Refused
+    from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
 
@@ -75,14 +94,7 @@ def agent(
         _fail(f"--state-dir: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
-    daemon = Agent(
-        server=server,
-        token=token,
-        node=declared.node.name,
-        inventory=declared.group,
-        gpu_uuids=declared.gpu_ids,
-        runner=runner,
-    )
+    daemon = node_agent(declared, runner, server=server, token=token)
     failure: list[Refused] = []
     stopping = threading.Event()
 

@@ -36,6 +36,7 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.cli.agent import node_agent
 from gpufleet.cli.output import fail
 from gpufleet.cli.server import DEFAULT_PORT, exit_quietly, listen
 
@@ -108,7 +109,7 @@ def up(
     from sqlalchemy.exc import SQLAlchemyError
 
     from gpufleet.adapters.store import Store, sqlite_url
-    from gpufleet.agent.daemon import Agent, Refused
+    from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.api.app import create_app
@@ -181,14 +182,7 @@ def up(
         fail("--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
     bound_host, bound_port = sock.getsockname()[:2]
     api = f"http://{bound_host}:{bound_port}"
-    agent = Agent(
-        server=api,
-        token=node_token,
-        node=declared.node.name,
-        inventory=declared.group,
-        gpu_uuids=declared.gpu_ids,
-        runner=runner,
-    )
+    agent = node_agent(declared, runner, server=api, token=node_token)
     refused: list[Refused] = []
 
     def run_agent() -> None:
