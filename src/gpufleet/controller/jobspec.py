@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 import signal as signals
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
+from typing import Any
 
 from gpufleet.api.schemas import MAX_ARRAY_TASKS, JobSubmit
 from gpufleet.controller.errors import Invalid
@@ -147,6 +148,39 @@ def expand_path(
         return values.get(m[1] or "", m[0])
 
     return _absolute(_PATTERN.sub(one, pattern) if "%" in pattern else pattern, workdir)
+
+
+def output_paths(
+    spec: Mapping[str, Any],
+    *,
+    job_id: str,
+    array_job_id: str | None,
+    task: int | None,
+    name: str,
+    user: str,
+) -> tuple[str, str]:
+    """The absolute stdout and stderr paths of a job whose spec is ``spec``.
+
+    As Slurm: with no ``stdout`` pattern, ``slurm-%j.out`` (``slurm-%A_%a.out``
+    for an array task, ``array_job_id`` not None); with no ``stderr``, stderr
+    goes where stdout goes.
+    """
+    stdout = spec.get("stdout") or ("slurm-%A_%a.out" if array_job_id else "slurm-%j.out")
+    stderr = spec.get("stderr") or stdout
+
+    def expand(pattern: str) -> str:
+        return expand_path(
+            pattern,
+            workdir=spec["workdir"],
+            job_id=job_id,
+            array_job_id=array_job_id or job_id,
+            task=task,
+            name=name,
+            user=user,
+        )
+
+    out = expand(stdout)
+    return out, out if stderr == stdout else expand(stderr)
 
 
 @lru_cache(maxsize=4096)  # listings repeat a few workdirs and file names many times

@@ -84,7 +84,7 @@ from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import (
     check_nodes,
     check_spec,
-    expand_path,
+    output_paths,
     request_from_json,
     request_to_json,
 )
@@ -1797,22 +1797,14 @@ class Controller:
         # A listed row carries only the spec's paths (_LISTED), a full one the whole spec.
         spec = fields.get("spec", fields)
         array_id = str(row.job_num) if row.array_task_id is not None else None
-        default_out = "slurm-%A_%a.out" if array_id else "slurm-%j.out"
-        def expand(pattern: str) -> str:
-            return expand_path(
-                pattern,
-                workdir=spec["workdir"],
-                job_id=row.job_id,
-                array_job_id=array_id or row.job_id,
-                task=row.array_task_id,
-                name=row.name,
-                user=row.user,
-            )
-
-        stdout = spec.get("stdout") or default_out
-        stderr = spec.get("stderr") or stdout
-        paths = {"stdout": expand(stdout)}
-        paths["stderr"] = paths["stdout"] if stderr == stdout else expand(stderr)
+        stdout, stderr = output_paths(
+            spec,
+            job_id=row.job_id,
+            array_job_id=array_id,
+            task=row.array_task_id,
+            name=row.name,
+            user=row.user,
+        )
         request = row.request
         return JobOut(
             job_id=row.job_id,
@@ -1842,8 +1834,8 @@ class Controller:
             signal=row.signal,
             restart_count=row.restart_count,
             workdir=spec["workdir"],
-            stdout_path=paths["stdout"],
-            stderr_path=paths["stderr"],
+            stdout_path=stdout,
+            stderr_path=stderr,
             held=row.held,
             hold=hold_kind(row.held, row.admin_hold),
             history=[JobEvent(time=h.time, state=h.state, reason=h.reason) for h in history],
@@ -2010,19 +2002,14 @@ class Controller:
         rank = live.node_list.index(node)
         place = live.placements[rank]
         array_id = str(live.job_num) if live.task is not None else None
-        default_out = "slurm-%A_%a.out" if array_id else "slurm-%j.out"
-        paths = {
-            key: expand_path(
-                spec.get(key) or spec.get("stdout") or default_out,
-                workdir=spec["workdir"],
-                job_id=live.job_id,
-                array_job_id=array_id or live.job_id,
-                task=live.task,
-                name=live.name,
-                user=live.user,
-            )
-            for key in ("stdout", "stderr")
-        }
+        stdout, stderr = output_paths(
+            spec,
+            job_id=live.job_id,
+            array_job_id=array_id,
+            task=live.task,
+            name=live.name,
+            user=live.user,
+        )
         return JobLaunch(
             job_id=live.job_id,
             run=live.run,
@@ -2032,8 +2019,8 @@ class Controller:
             script=spec.get("script"),
             workdir=spec["workdir"],
             env=spec.get("env") or {},
-            stdout_path=paths["stdout"],
-            stderr_path=paths["stderr"],
+            stdout_path=stdout,
+            stderr_path=stderr,
             time_limit_s=live.time_limit_s,
             kill_grace_s=self.setup.kill_grace_s,
             gpu_uuids=list(place.get("mig") or place["gpu_uuids"]),
