@@ -1,4 +1,4 @@
-"""Path and query parameter types the routers share.
+"""Path, query and body parameter types the routers share.
 
 Names travel to the store as they are, so the types refuse what no name
 can hold (control characters, NUL above all) with a 422 naming the
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query
+from fastapi import Body, Path, Query
+
+from gpufleet.api.schemas import Reason
 
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
@@ -21,3 +23,6 @@ NameQuery = Annotated[str | None, Query(min_length=1, max_length=128, pattern=NA
 
 Cursor = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NAME_PATTERN)]
 """An opaque ``next_cursor`` from an earlier page."""
+
+OptionalReason = Annotated[Reason | None, Body()]
+"""A body that may give the reason for an action (no body: no reason)."""

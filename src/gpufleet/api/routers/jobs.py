@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from gpufleet.api.auth import ControllerDep, User
 from gpufleet.api.openapi import problems
-from gpufleet.api.params import Cursor, NameQuery
-from gpufleet.api.schemas import JobOut, JobPage, JobStateName, JobSubmit, Reason, Submitted
+from gpufleet.api.params import Cursor, NameQuery, OptionalReason
+from gpufleet.api.schemas import JobOut, JobPage, JobStateName, JobSubmit, Submitted
 from gpufleet.controller.service import MAX_PAGE
 from gpufleet.controller.views import OutputChunk
 
@@ -98,7 +98,7 @@ def cancel(
     job_id: JobId,
     who: User,
     controller: ControllerDep,
-    body: Annotated[Reason | None, Body()] = None,
+    body: OptionalReason = None,
 ) -> JobOut:
     """Cancel a pending job, or kill a running one; an array job id cancels every task."""
     reason = body.reason if body is not None else ""

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Body
+from fastapi import APIRouter
 
 from gpufleet.api.auth import ControllerDep, Operator, User
 from gpufleet.api.openapi import problems
-from gpufleet.api.params import NamePath
+from gpufleet.api.params import NamePath, OptionalReason
 from gpufleet.api.schemas import Reason
 from gpufleet.controller.views import NodeOut
 
@@ -38,7 +36,7 @@ def resume(
     name: NamePath,
     who: Operator,
     controller: ControllerDep,
-    body: Annotated[Reason | None, Body()] = None,
+    body: OptionalReason = None,
 ) -> NodeOut:
     """Undo a drain, or bring a down node back once its agent syncs."""
     reason = body.reason if body is not None else ""
