@@ -153,3 +153,30 @@ def test_a_patch_survives_a_restart_and_a_changed_file_wins(
         ctl.stop()
     finally:
         CONFIG = saved
+
+
+
+def test_the_sites_default_output_pattern_is_fixed_at_submission(
+    db: Database, tmp_path: Path
+) -> None:
+    path = tmp_path / "controller.toml"
+    path.write_text(
+        CONFIG.replace(
+            "kill_grace_s = 5\n",
+            "kill_grace_s = 5\ndefault_stdout = 'out-%x.%j.log'\n"
+            "default_array_stdout = 'out-%A.%a.log'\n",
+        )
+    )
+    config = load_config(path)
+    setup = setup_from_config(config.build(str(path)), config.to_dict())
+    ctl = Controller(setup=setup, db_url=db.url, clock=ManualClock(), schema=db.schema)
+    ctl.start(loop=False)
+    try:
+        one = ctl.submit(principal=ADMIN, spec=spec(name="a", account="ops")).job_id
+        many = ctl.submit(principal=ADMIN, spec=spec(array="0-1", account="ops")).job_id
+        job = ctl.get_job(principal=ADMIN, job_id=one)
+        assert job.stdout_path == job.stderr_path == f"/tmp/out-a.{one}.log"
+        task = ctl.get_job(principal=ADMIN, job_id=f"{many}_1")
+        assert task.stdout_path == f"/tmp/out-{many}.1.log"
+    finally:
+        ctl.stop()

@@ -397,6 +397,9 @@ class Controller:
             self._next_pk += len(tasks)
         now = self.clock.now()
         spec_json = spec.model_dump(mode="json", exclude={"request_id"})
+        if spec.stdout is None:
+            # Fixed at submission, so a later change of the site's default moves no one's output.
+            spec_json["stdout"] = self.setup.default_stdout[array is not None]
         request_json = request_to_json(request)
         common = {
             "job_num": num,

@@ -61,6 +61,8 @@ class ControllerSetup:
     plus ``kill_grace_s``) the controller waits for its agent to report
     before it ends the job itself (the run's resources stay held until the
     agent confirms the run is gone or its node is down).
+    ``default_stdout`` is the output pattern of a job that names none, and
+    of an array task.
     """
 
     profile_factory: ProfileFactory
@@ -80,6 +82,7 @@ class ControllerSetup:
     heartbeat_interval_s: float = 15.0
     heartbeat_timeout_s: float = 120.0
     kill_grace_s: int = 30
+    default_stdout: tuple[str, str] = ("slurm-%j.out", "slurm-%A_%a.out")
     backstop_s: float = 60.0
     workload_window: int = 1000
     output_read_limit: int = 1 << 20
@@ -126,6 +129,7 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         heartbeat_interval_s=server.heartbeat_interval_s,
         heartbeat_timeout_s=server.heartbeat_timeout_s,
         kill_grace_s=server.kill_grace_s,
+        default_stdout=(server.default_stdout, server.default_array_stdout),
         fairshare=ordering.multifactor.fairshare,
         document=document,
         reconfigure=rebuild_setup if document is not None else None,
