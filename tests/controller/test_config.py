@@ -25,6 +25,7 @@ from gpufleet.controller.config import (
     config_from_dict,
     load_config,
 )
+from gpufleet.controller.setup import setup_from_config
 from gpufleet.policies.config import PolicyConfig
 
 ROOT = Path(__file__).parents[2]
@@ -88,11 +89,19 @@ def test_effective_config_round_trips_through_json(path: Path) -> None:
     assert "default_partition" not in ControllerConfig().to_dict()["server"]  # no nulls
 
 
+def test_priority_calc_s_reaches_the_controller_setup() -> None:
+    """PriorityCalcPeriod is the controller's, as the simulator's is [sim]'s: not the policy's."""
+    assert setup_from_config(ControllerConfig().build()).priority_calc_s == 300
+    config = config_from_dict(tomllib.loads("[server]\npriority_calc_s = 60\n"))
+    assert setup_from_config(config.build()).priority_calc_s == 60
+
+
 BAD = [
     # (file text, the one problem it has)
     ("colour = 1\n", "colour: unknown key (known: server, policy, nodes, principals)"),
     ("[server]\ninterval = 5\n", "server.interval: unknown key (known: interval_s,"),
     ("[server]\ninterval_s = 0\n", "server.interval_s: Input should be greater than or equal to 1"),
+    ("[server]\npriority_calc_s = -1\n", "server.priority_calc_s: Input should be greater"),
     ("[server]\nkill_grace_s = 'soon'\n", "server.kill_grace_s: Input should be a valid integer"),
     ("[server]\ndefault_stdout = 'out-%N'\n", "server.default_stdout: unknown pattern '%N'"),
     ("[server]\ndefault_stdout = ''\n", "server.default_stdout: must be a non-empty path"),

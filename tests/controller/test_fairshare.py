@@ -113,3 +113,17 @@ def test_usage_decays_by_its_half_life_across_a_restart(db: Database) -> None:
         assert rebuilt == pytest.approx(30, rel=1e-2)
     finally:
         c.ctl.stop()
+
+
+def test_the_view_shows_current_usage_between_recalculations(db: Database) -> None:
+    """The default PriorityCalcPeriod (300 s) delays what orderings see, not what sshare shows."""
+    c = Cluster(db, accounts=TREE, fairshare=FairshareArgs(half_life_s=0), heartbeat_timeout_s=1e9)
+    c.register()
+    try:
+        assert c.ctl.book.ledger is not None and c.ctl.book.ledger.recalc_s == 300
+        rows(c)  # a view right before the run must not pin what later views show
+        run_for(c, ANA, 60, 2)
+        assert rows(c)[("vision", "ana")][0] == pytest.approx(120)
+        assert rows(c)[("vision", None)][0] == pytest.approx(120)
+    finally:
+        c.ctl.stop()

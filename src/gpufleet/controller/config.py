@@ -111,6 +111,12 @@ class ServerConfig(_Strict):
     kill_grace_s: int = Field(
         30, ge=0, le=3600, description="SIGTERM to SIGKILL at the time limit (KillWait)"
     )
+    priority_calc_s: int = Field(
+        300,
+        ge=0,
+        le=86400,
+        description="orderings see new fairshare usage at most this often (PriorityCalcPeriod)",
+    )
     max_payload_bytes: int = Field(
         2 * 1024 * 1024, ge=4096, le=1 << 30, description="larger request bodies get 413"
     )

@@ -98,9 +98,13 @@ def _model(state: ClusterState, node_list: object) -> str:
 
 
 def table(book_ledger: UsageLedger, now: int) -> list[FairshareRow]:
-    """Every association but the root in tree order, as ``sshare -l`` shows them."""
+    """Every association but the root in tree order, as ``sshare -l`` shows them.
+
+    Usage and factors are current at ``now`` (as ``sshare`` reads the live
+    usage), while orderings see them only every ``recalc_s``.
+    """
     tree, args = book_ledger.tree, book_ledger.args
-    usage = book_ledger.view(now).usage
+    usage = book_ledger.current(now).usage
     if args.algorithm == "classic":
         fs = classic(tree, usage, dampening_factor=args.dampening_factor)
     else:

@@ -131,6 +131,7 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         kill_grace_s=server.kill_grace_s,
         default_stdout=(server.default_stdout, server.default_array_stdout),
         fairshare=ordering.multifactor.fairshare,
+        priority_calc_s=server.priority_calc_s,
         document=document,
         reconfigure=rebuild_setup if document is not None else None,
     )

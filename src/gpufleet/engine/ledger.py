@@ -95,6 +95,11 @@ class UsageLedger:
         self._accrue(now)
         self.rate -= self._job_rate(r)
 
+    def current(self, now: int) -> AccountUsage:
+        """The usage charged up to ``now``, whenever orderings last saw it (for displays)."""
+        self._accrue(now)
+        return AccountUsage(self.tree, np.maximum(self.usage, 0.0))
+
     def view(self, now: int) -> AccountUsage:
         """The usage orderings see at ``now``."""
         self._accrue(now)
