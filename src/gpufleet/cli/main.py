@@ -3,15 +3,19 @@
 Bad input ends with one line on stderr, ``error: <where>: <what>``, and exit
 status 2, never a traceback: the commands report their own input errors that
 way, and ``main`` turns option-parsing errors into the same shape.
+``-h`` is ``--help`` on every command, and a bare group (``gpufleet``,
+``gpufleet sim``) prints its help and exits 0.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
+from importlib.metadata import version
+from typing import Annotated, Any, Protocol, cast
 
 import typer
+from typer.core import TyperOption
 
 from gpufleet.cli import accounting, agent, cluster, jobs, server, token, up
 from gpufleet.cli.config import config
@@ -23,7 +27,40 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     cls=LazyGroup,  # loads `sim` (numba, matplotlib) only when it is run
+    # Subcommands inherit the help option names from the root context.
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufleet {version('gpufleet')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """GPU cluster scheduler: a controller, node agents, Slurm-style commands and a simulator."""
+
+
+_display_type_rich = TyperOption.display_type_rich
+
+
+def _flag_takes_no_value(self: TyperOption, ctx: Any) -> str | None:
+    # typer labels every option with its type, so a flag read `--json <bool>`
+    # although it takes no value. (ctx is typer's vendored click Context.)
+    return None if self.is_flag else _display_type_rich(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_takes_no_value  # type: ignore[method-assign]
+
 app.add_typer(config, name="config")
 app.add_typer(token.token, name="token")
 app.command("server")(server.server)
@@ -53,9 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = command.main(args=argv, prog_name="gpufleet", standalone_mode=False)
     except _UsageError as e:
         error = cast(_ClickError, e)
-        # A bare group raises NoArgsIsHelpError after printing its help.
-        if type(e).__name__ != "NoArgsIsHelpError":
-            print(f"error: {error.format_message()}".replace("\n", " "), file=sys.stderr)
+        # A bare group raises NoArgsIsHelpError after printing its help: the
+        # help was asked for, so that is success.
+        if type(e).__name__ == "NoArgsIsHelpError":
+            return 0
+        print(f"error: {error.format_message()}".replace("\n", " "), file=sys.stderr)
         return error.exit_code
     except typer.Abort:
         return 130

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from gpufleet.cli import sim_sweep
-from gpufleet.cli.sim_run import register
+from gpufleet.cli.sim_run import SingleValueCommand, check_out_dir, register
 from gpufleet.policies.registry import PLACEMENT, UnknownPolicy
 from gpufleet.sim.fill import FillRun
 from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TraceError, bundled
@@ -122,11 +122,12 @@ def _table(summaries: list[FillSummary], seeds: int) -> Table:
     return table
 
 
-@sim.command()
+@sim.command(cls=SingleValueCommand)
 def fill(
     nodes: Annotated[
         Path | None,
         typer.Option(
+            metavar="FILE",
             help="Node list CSV: sn,cpu_milli,memory_mib,gpu,model.",
             show_default=f"bundled {DEFAULT_NODES}",
         ),
@@ -134,6 +135,7 @@ def fill(
     pods: Annotated[
         Path | None,
         typer.Option(
+            metavar="FILE",
             help="Pod list CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec.",
             show_default=f"bundled {DEFAULT_PODS}",
         ),
@@ -151,11 +153,14 @@ def fill(
     ] = False,
     out: Annotated[
         Path | None,
-        typer.Option(help="Write curves.csv, fill.png and placements-<policy>-<seed>.csv here."),
+        typer.Option(
+            metavar="DIR",
+            help="Write curves.csv, fill.png and placements-<policy>-<seed>.csv here.",
+        ),
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option(min=1, help="Processes to run on.", show_default="one per CPU"),
+        typer.Option(min=1, metavar="N", help="Processes to run on.", show_default="one per CPU"),
     ] = None,
 ) -> None:
     """The FGD fill experiment: how much of the cluster each policy can allocate.
@@ -171,7 +176,7 @@ def fill(
             raise OptionError(f"--tune: must be 1.0..5.0 so that load reaches 100%, got {tune}")
         if out is not None:
             # Fail on an unusable directory before minutes of simulation.
-            out.mkdir(parents=True, exist_ok=True)
+            check_out_dir(out)
         trace = Trace(nodes or bundled(DEFAULT_NODES), pods or bundled(DEFAULT_PODS))
         with _progress(len(names) * len(seed_list)) as on_done:
             runs = run_sweep(

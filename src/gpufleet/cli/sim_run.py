@@ -53,18 +53,21 @@ ROWS = (
 ClusterOpt = Annotated[
     str,
     typer.Option(
-        help="'openb' (the bundled openb node list), a cluster .toml file, or a node list CSV."
+        metavar="openb|FILE",
+        help="'openb' (the bundled openb node list), a cluster .toml file, or a node list CSV.",
     ),
 ]
 TraceOpt = Annotated[
     str,
     typer.Option(
-        help="FORMAT:PATH (openb, swf, tiresias, sacct, generic, history) or synthetic:..."
+        metavar="FORMAT:PATH",
+        help="openb, swf, tiresias, sacct, generic or history, then :PATH; or synthetic:K=V,...",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="End stdout with one line of JSON.")]
 OutOpt = Annotated[
-    Path | None, typer.Option(help="Write jobs/series/groups CSV and report.html here.")
+    Path | None,
+    typer.Option(metavar="DIR", help="Write jobs/series/groups CSV and report.html here."),
 ]
 
 
@@ -120,8 +123,17 @@ def _table(summaries: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+def _builtin_profile() -> SimProfile:
+    """The policy file's defaults, labelled by what they are (ordering+placement[+backfill])."""
+    profile = default_profile()
+    c = profile.policy.config
+    backfill = f"+{c.backfill.mode}-backfill" if c.backfill else ""
+    profile.name = f"{c.ordering.plugin}+{c.placement.plugin}{backfill}"
+    return profile
+
+
 def _profiles(paths: Sequence[Path]) -> list[SimProfile]:
-    profiles = [load_profile(p) for p in paths] or [default_profile()]
+    profiles = [load_profile(p) for p in paths] or [_builtin_profile()]
     names = [p.name for p in profiles]
     for i, p in enumerate(profiles):
         if names.count(p.name) > 1:
@@ -169,7 +181,12 @@ def register(app: typer.Typer) -> None:
         trace: TraceOpt,
         cluster: ClusterOpt = "openb",
         profile: Annotated[
-            Path | None, typer.Option(help="Policy TOML file.", show_default="FIFO, no backfill")
+            Path | None,
+            typer.Option(
+                metavar="FILE",
+                help="Policy TOML file.",
+                show_default="multifactor, best-fit, no backfill",
+            ),
         ] = None,
         as_json: JsonOpt = False,
         out: OutOpt = None,
@@ -181,7 +198,8 @@ def register(app: typer.Typer) -> None:
     def compare(
         trace: TraceOpt,
         profile: Annotated[
-            list[Path], typer.Option(help="Policy TOML file; give it once per profile.")
+            list[Path],
+            typer.Option(metavar="FILE", help="Policy TOML file; give it once per profile."),
         ],
         cluster: ClusterOpt = "openb",
         as_json: JsonOpt = False,

@@ -21,6 +21,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from gpufleet.cli.sim_run import (
+    ClusterOpt,
+    JsonOpt,
+    SingleValueCommand,
+    TraceOpt,
+    check_out_dir,
+    metric_cell,
+)
 from gpufleet.core.model import InvalidSpec
 from gpufleet.sim.grid import GridError, Run, load_spec, run_grid
 from gpufleet.sim.openb import TraceError
@@ -50,7 +58,7 @@ def _table(runs: Sequence[Run]) -> Table:
     for run in runs:
         table.add_row(
             *(str(run.settings[k]) for k in keys),
-            *(fmt.format(run.summary[key]) for key, _, fmt in COLUMNS),
+            *(metric_cell(run.summary.get(key), fmt) for key, _, fmt in COLUMNS),
         )
     return table
 
@@ -71,23 +79,22 @@ def write_csv(out: Path, runs: Sequence[Run]) -> Path:
 def register(app: typer.Typer) -> None:
     """Add ``sweep`` to the ``sim`` command group."""
 
-    @app.command()
+    @app.command(cls=SingleValueCommand)
     def sweep(
-        trace: Annotated[
-            str,
+        trace: TraceOpt,
+        spec: Annotated[
+            Path,
             typer.Option(
-                help="FORMAT:PATH (openb, swf, tiresias, sacct, generic, history) or synthetic:..."
+                metavar="FILE",
+                help=r"Sweep spec TOML: a base profile and a \[grid] of values.",
             ),
         ],
-        spec: Annotated[
-            Path, typer.Option(help="Sweep spec TOML: a base profile and a [grid] of values.")
-        ],
-        cluster: Annotated[
-            str, typer.Option(help="'openb' (the bundled openb node list) or a node list CSV path.")
-        ] = "openb",
+        cluster: ClusterOpt = "openb",
         workers: Annotated[
             int | None,
-            typer.Option(min=1, help="Local processes to run on.", show_default="one per CPU"),
+            typer.Option(
+                min=1, metavar="N", help="Local processes to run on.", show_default="one per CPU"
+            ),
         ] = None,
         ray: Annotated[
             str | None,
@@ -97,16 +104,16 @@ def register(app: typer.Typer) -> None:
                 help="Run each point as a task on this Ray cluster ('local' starts one here).",
             ),
         ] = None,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="End stdout with one line of JSON.")
-        ] = False,
-        out: Annotated[Path | None, typer.Option(help="Write sweep.csv here.")] = None,
+        as_json: JsonOpt = False,
+        out: Annotated[
+            Path | None, typer.Option(metavar="DIR", help="Write sweep.csv here.")
+        ] = None,
     ) -> None:
         """Replay one trace under every combination of the spec's grid values, in parallel."""
         try:
             grid = load_spec(spec)
             if out is not None:
-                out.mkdir(parents=True, exist_ok=True)
+                check_out_dir(out)
             total = len(grid.points())
             console = Console(stderr=True)
             columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
