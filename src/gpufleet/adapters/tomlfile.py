@@ -6,6 +6,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from gpufleet.adapters.textfile import UnreadableText, read_text
+
 
 class UnreadableToml(ValueError):
     """Why a TOML file could not be read. The message leaves the path to the caller,
@@ -15,10 +17,11 @@ class UnreadableToml(ValueError):
 def read_toml(path: Path) -> dict[str, Any]:
     """The parsed document; UnreadableToml for a missing, unreadable or malformed file."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UnreadableToml("no such file") from None
-    except OSError as e:
-        raise UnreadableToml(e.strerror or str(e)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        text = read_text(path)
+    except UnreadableText as e:
+        prefix = "" if e.line is None else "not valid TOML: "
+        raise UnreadableToml(prefix + str(e)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise UnreadableToml(f"not valid TOML: {e}") from None

@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TextIO
 
+from gpufleet.adapters import textfile
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.model import GPU, MILLI, InvalidSpec, Node, Request
 
@@ -52,14 +54,16 @@ DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "openb_pod_list_default.csv"
 
 
-def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def open_text(path: Path) -> TextIO:
+    """A trace file's text (``textfile.open_text``), its errors as TraceError at the bad line."""
     try:
-        handle = path.open(newline="", encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(path, None, None, "no such file") from None
-    except OSError as e:
-        raise TraceError(path, None, None, e.strerror or str(e)) from None
-    with handle:
+        return textfile.open_text(path)
+    except textfile.UnreadableText as e:
+        raise TraceError(path, e.line, None, e.reason) from None
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    with open_text(path) as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:

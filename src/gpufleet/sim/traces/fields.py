@@ -12,20 +12,9 @@ import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
 
 from gpufleet.core.model import InvalidSpec
-from gpufleet.sim.openb import TraceError
-
-
-def open_text(path: Path) -> TextIO:
-    """Open a UTF-8 text file, turning OS errors into TraceError."""
-    try:
-        return path.open(newline="", encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(path, None, None, "no such file") from None
-    except OSError as e:
-        raise TraceError(path, None, None, e.strerror or str(e)) from None
+from gpufleet.sim.openb import TraceError, open_text
 
 
 def table_rows(
@@ -42,17 +31,14 @@ def table_rows(
             reader = csv.DictReader(handle)
         else:
             reader = csv.DictReader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE)
-        try:
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise TraceError(path, 1, missing[0], "column missing from the header")
-            for row in reader:
-                if None in row or any(v is None for v in row.values()):
-                    raise TraceError(path, reader.line_num, None, f"expected {len(header)} fields")
-                yield reader.line_num, {k: v.strip() for k, v in row.items()}
-        except UnicodeDecodeError:
-            raise TraceError(path, reader.line_num + 1, None, "not UTF-8 text") from None
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise TraceError(path, 1, missing[0], "column missing from the header")
+        for row in reader:
+            if None in row or any(v is None for v in row.values()):
+                raise TraceError(path, reader.line_num, None, f"expected {len(header)} fields")
+            yield reader.line_num, {k: v.strip() for k, v in row.items()}
 
 
 def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> int:

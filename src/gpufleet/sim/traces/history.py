@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.core.model import Request
-from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.fields import located, open_text
+from gpufleet.sim.openb import TraceError, open_text
+from gpufleet.sim.traces.fields import located
 from gpufleet.sim.traces.record import TraceJob, by_submit
 
 _NULL = type(None)

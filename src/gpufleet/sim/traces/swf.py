@@ -31,8 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.fields import count, located, open_text
+from gpufleet.sim.openb import TraceError, open_text
+from gpufleet.sim.traces.fields import count, located
 from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
 
 FIELDS = (
