@@ -2,10 +2,11 @@
 
 Which blocks run:
 
-* ``docs/cli.md`` and ``docs/operations.md``: every fenced block whose info
-  string starts with ``sh``, except those whose info string also says
-  ``no-run`` (```` ```sh no-run ````): commands that need a real cluster,
-  root or systemd.
+* ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md`` and
+  ``docs/cluster-file.md``: every fenced block whose info string starts with
+  ``sh``, except those whose info string also says ``no-run``
+  (```` ```sh no-run ````): commands that need a real cluster, root or
+  systemd, or replays too long for a test (the block says so).
 * ``README.md``: only blocks marked ```` ```sh live ````, the commands meant
   to run against a running controller (the other ``sh`` blocks install the
   package or run long experiments). The README has its reader start
@@ -44,7 +45,13 @@ from cli.live import gpufleet_env
 
 ROOT = Path(__file__).parents[2]
 FENCE = re.compile(r"^```(sh[^\n]*)\n(.*?)^```", re.S | re.M)
-PAGES = {"docs/cli.md": "all", "docs/operations.md": "all", "README.md": "live"}
+PAGES = {
+    "docs/cli.md": "all",
+    "docs/operations.md": "all",
+    "docs/simulator.md": "all",
+    "docs/cluster-file.md": "all",
+    "README.md": "live",
+}
 FIRST_SHELL = {
     "README.md": "gpufleet up &\n"
     'until curl -sf "http://127.0.0.1:6817/healthz" > /dev/null; do sleep 1; done\n'
