@@ -50,16 +50,19 @@ def _root(
     """GPU cluster scheduler: a controller, node agents, Slurm-style commands and a simulator."""
 
 
-_display_type_rich = TyperOption.display_type_rich
+_display_type_rich = getattr(TyperOption, "display_type_rich", None)
 
 
 def _flag_takes_no_value(self: TyperOption, ctx: Any) -> str | None:
     # typer labels every option with its type, so a flag read `--json <bool>`
     # although it takes no value. (ctx is typer's vendored click Context.)
+    assert _display_type_rich is not None
     return None if self.is_flag else _display_type_rich(self, ctx)
 
 
-TyperOption.display_type_rich = _flag_takes_no_value  # type: ignore[method-assign]
+# Only where typer has this hook: help text is cosmetic, never a reason not to start.
+if _display_type_rich is not None:
+    TyperOption.display_type_rich = _flag_takes_no_value  # type: ignore[method-assign]
 
 app.add_typer(config, name="config")
 app.add_typer(token.token, name="token")
