@@ -8,6 +8,7 @@ of many rows go in one ``executemany``.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -18,6 +19,8 @@ from gpufleet.adapters.store import tables as t
 
 JobChange = dict[str, Any]
 """Column values for one job row, with its primary key under ``id``."""
+NODE_ORDER = "nodes.joined"
+"""store_meta key: the names of the nodes agents registered, in the order they joined."""
 
 
 def token_hash(token: str) -> str:
@@ -95,3 +98,16 @@ def meta_set(conn: sa.Connection, key: str, value: str) -> None:
     done = conn.execute(t.store_meta.update().where(t.store_meta.c.key == key).values(value=value))
     if done.rowcount == 0:
         conn.execute(t.store_meta.insert().values(key=key, value=value))
+
+
+def joined_nodes(conn: sa.Connection) -> list[str]:
+    """The nodes agents registered, in the order they first did (``add_joined``)."""
+    value = meta_get(conn, NODE_ORDER)
+    return list(json.loads(value)) if value else []
+
+
+def add_joined(conn: sa.Connection, name: str) -> None:
+    """Record that ``name`` joined after every node already recorded (once)."""
+    names = joined_nodes(conn)
+    if name not in names:
+        meta_set(conn, NODE_ORDER, json.dumps([*names, name]))

@@ -808,8 +808,9 @@ class Controller:
     ) -> RegisterReply:
         """Record a node's inventory and mark it up (its node token, or admin).
 
-        A new node joins the cluster; a known one keeps its state (a drain
-        survives). Runs the agent holds that the store does not expect are
+        A new node joins the cluster after every node it knows (placement ties
+        go to the earlier node; a restart keeps the order); a known one keeps
+        its state (a drain survives). Runs the agent holds that the store does not expect are
         killed on its next sync, and kills already sent are sent again.
         Invalid names the bad inventory key.
         """
@@ -848,7 +849,13 @@ class Controller:
                 "registered": now,
                 "last_heartbeat": now,
             }
-            self._writer().call(lambda conn: persist.upsert_node(conn, values))
+
+            def unit(conn: sa.Connection) -> None:
+                persist.upsert_node(conn, values)
+                if info is None:
+                    persist.add_joined(conn, node)
+
+            self._writer().call(unit)
             if info is None:
                 self.book.add_node(new)
                 info = NodeInfo(node=new, state="unknown", source="agent")
@@ -1094,6 +1101,7 @@ class Controller:
         self._nodes.clear()
         with self.store.read() as conn:
             node_rows = {r.name: r for r in conn.execute(sa.select(t.nodes))}
+            joined = persist.joined_nodes(conn)
             jobs = [
                 self._interned(LiveJob.from_row(r))
                 for r in conn.execute(
@@ -1140,8 +1148,11 @@ class Controller:
                     ],
                 )
             )
+        # Placement ties go to the lowest index, and a running cluster appends the nodes
+        # agents register: rebuild in that same order, so ties do not change at a restart
+        # (rows from before the order was recorded follow by name).
         nodes: list[Node] = []
-        for name in sorted(set(declared) | set(node_rows)):
+        for name in dict.fromkeys([*declared, *joined, *sorted(node_rows)]):
             row = node_rows.get(name)
             node = declared.get(name)
             if row is not None and row.inventory:
