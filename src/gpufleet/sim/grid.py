@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import math
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -40,6 +41,10 @@ from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
 from gpufleet.sim.traces import TraceJob, load_trace
 
 RAY_MISSING = "--ray needs the 'ray' extra: pip install 'gpufleet[ray]'"
+
+MAX_POINTS = 10_000
+"""The most points one sweep runs: a grid that multiplies out further is refused
+before any point is checked, rather than queueing replays for days."""
 
 
 class GridError(ValueError):
@@ -111,8 +116,9 @@ def load_spec(path: Path) -> SweepSpec:
 def spec_from_dict(data: dict[str, Any], root: Path) -> SweepSpec:
     """A spec from parsed TOML; a ``profile`` path is read relative to ``root``.
 
-    Raises ``GridError`` for a malformed spec and for the first grid point
-    the profile validation rejects, naming the point and the key.
+    Raises ``GridError`` for a malformed spec, for a grid of more than
+    ``MAX_POINTS`` points, and for the first grid point the profile
+    validation rejects, naming the point and the key.
     """
     unknown = sorted(set(data) - {"profile", "grid"})
     if unknown:
@@ -124,6 +130,11 @@ def spec_from_dict(data: dict[str, Any], root: Path) -> SweepSpec:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise GridError(f"grid.{key}: must be a non-empty list of values")
+    # Counted before the lists are searched for repeats, which takes quadratic time.
+    points = math.prod(len(values) for values in grid.values())
+    if points > MAX_POINTS:
+        raise GridError(f"grid: {points} points, more than {MAX_POINTS}; split the sweep")
+    for key, values in grid.items():
         for i, value in enumerate(values):
             if value in values[:i]:
                 raise GridError(f"grid.{key}: {value!r} is listed twice")

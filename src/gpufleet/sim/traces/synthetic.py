@@ -40,6 +40,10 @@ from gpufleet.sim.traces.record import PRIORITY_CLASSES, TraceJob, whole_gpus
 
 FloatArray = NDArray[np.float64]
 
+MAX_JOBS = 1_000_000
+"""The most jobs one call generates: every job is drawn at once, so a typo of a
+few zeros would otherwise ask numpy for terabytes."""
+
 DEFAULT_SIZE_MIX: dict[float, float] = {
     0.25: 0.08,
     0.5: 0.12,
@@ -108,11 +112,13 @@ def generate(
 ) -> list[TraceJob]:
     """``n_jobs`` jobs for a cluster of ``gpus_total`` GPUs, by submit time.
 
-    Raises InvalidSpec (a ValueError) when the counts are not positive or no size of the mix
-    fits the cluster.
+    Raises InvalidSpec (a ValueError) when the counts are not positive, ``n_jobs`` is over
+    ``MAX_JOBS``, or no size of the mix fits the cluster.
     """
     if n_jobs <= 0:
         raise InvalidSpec("n_jobs", f"must be more than zero, got {n_jobs}")
+    if n_jobs > MAX_JOBS:
+        raise InvalidSpec("n_jobs", f"must be at most {MAX_JOBS}, got {n_jobs}")
     if gpus_total <= 0:
         raise InvalidSpec("gpus_total", f"must be more than zero, got {gpus_total}")
     shape = shape or WorkloadShape()
