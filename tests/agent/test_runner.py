@@ -136,10 +136,13 @@ def test_cancel_signals_the_whole_group_then_kills(
     )
     runner.start(launch("8", script=script))
     wait_for(tmp_path / "child.pid")
+    asked = time.time()
     assert runner.kill("8", 1, "INT", 1)
     assert runner.kill("8", 1, "SIGINT", 5)  # a repeat does not postpone the SIGKILL
-    report = wait_ended(runner, timeout=4)["8"]
+    report = wait_ended(runner)["8"]
     assert (report.state, report.signal, report.cause) == ("signalled", 9, "killed")
+    # Killed after the first kill's 1 s of grace, well before the repeat's 5 s.
+    assert report.at - asked < 4
     assert "got INT" in launch.output("8")
     # The background child ignored INT; it went with the group's SIGKILL.
     assert not _alive(int((tmp_path / "child.pid").read_text()))
