@@ -140,6 +140,16 @@ def test_begin_waits_with_begin_time_until_the_clock_passes_it(cluster: Cluster)
     assert cluster.state(job) == "RUNNING"
 
 
+def test_begin_time_shows_before_an_unmet_dependency(cluster: Cluster) -> None:
+    clock = cluster.clock
+    first = submit(cluster, hold=True)
+    job = submit(cluster, begin=int(clock.now()) + 600, dependency=f"afterok:{first}")
+    cluster.ctl.run_cycle_now()
+    assert (cluster.state(job), reason(cluster, job)) == ("PENDING", "BeginTime")
+    clock.advance(600)
+    cluster.ctl.run_cycle_now()
+    assert (cluster.state(job), reason(cluster, job)) == ("PENDING", "Dependency")
+
 def test_a_begin_in_the_past_starts_at_once(cluster: Cluster) -> None:
     job = submit(cluster, begin=int(cluster.clock.now()) - 60)
     cluster.ctl.run_cycle_now()

@@ -1196,7 +1196,7 @@ class Controller:
                 self._restore_run(job)
         # The pending jobs go into the book now, as part of rebuilding it, so the first
         # cycle after a start costs what any other one does.
-        self._sync_queue()
+        self._sync_queue(int(now))
         self._profile = None
 
     def _restore_run(self, job: LiveJob) -> None:
@@ -1308,7 +1308,7 @@ class Controller:
         statements: list[sa.Executable] = []
         self._expire_nodes(now, changes, statements)
         self._backstop(now, changes)
-        self._sync_queue()
+        self._sync_queue(inow)
         if self._profile is None or (
             now - self._profile_at >= PROFILE_MIN_S and self._window.drift() >= PROFILE_DRIFT
         ):
@@ -1587,11 +1587,12 @@ class Controller:
 
         return Change(live, {"cleanup": False, "kill": None}, [], after=after)
 
-    def _sync_queue(self) -> None:
+    def _sync_queue(self, now: int) -> None:
         """Put in the book the pending jobs the cycle may consider; give the rest a reason.
 
         Held jobs, unmet dependencies and array tasks over their limit stay out;
         the cycle itself keeps a job to its begin time and node constraints.
+        As Slurm, a hold shows first, then ``BeginTime``, then a dependency.
         """
         running_tasks: dict[int, int] = defaultdict(int)
         singles: dict[tuple[str, str], int] = {}
@@ -1622,6 +1623,8 @@ class Controller:
                 reason = HOLD_REASONS[hold]
             elif job.dependency is not None:
                 reason = self._dependency_reason(job, singles)
+                if reason and job.job().begin_time > now:
+                    reason = "BeginTime"
             if not reason and job.array_limit is not None:
                 left = allowed.setdefault(job.job_num, job.array_limit - running_tasks[job.job_num])
                 if left <= 0:
