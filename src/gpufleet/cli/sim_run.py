@@ -5,12 +5,16 @@
 replays the same trace under several policy files and shows them side by
 side. ``--out DIR`` writes per-job CSV, the time series, per-group metrics
 and an HTML report with its PNGs. Bad input ends with one line
-``error: ...`` on stderr and exit status 2.
+``error: ...`` on stderr and exit status 2, before any replay where the
+input allows (an unwritable ``--out``, an option given twice). A metric
+over no jobs shows as ``n/a``, and a replay where some job never started
+ends with one ``warning: ...`` line on stderr.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,12 +24,19 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand, TyperOption
 
 from gpufleet.core.model import InvalidSpec
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
-from gpufleet.sim.metrics import by_group, summarize, write_tables
+from gpufleet.sim.metrics import (
+    by_group,
+    never_started,
+    node_failed_jobs,
+    summarize,
+    write_tables,
+)
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import ProfileError, SimProfile, default_profile, load_profile, replay
 from gpufleet.sim.traces import TraceJob, load_trace
@@ -33,6 +44,11 @@ from gpufleet.sim.traces import TraceJob, load_trace
 ROWS = (
     ("jobs", "jobs", "{:,}"),
     ("completed", "completed", "{:,}"),
+    ("unschedulable", "unschedulable", "{:,}"),
+    ("timeouts", "timed out", "{:,}"),
+    ("cancelled", "cancelled", "{:,}"),
+    ("unfinished", "unfinished", "{:,}"),
+    ("node_failed", "hit by node failure", "{:,}"),
     ("jct_mean_s", "JCT mean, s", "{:,.0f}"),
     ("jct_p50_s", "JCT p50, s", "{:,.0f}"),
     ("jct_p95_s", "JCT p95, s", "{:,.0f}"),
@@ -71,9 +87,58 @@ OutOpt = Annotated[
 ]
 
 
+NOT_MEASURED = "n/a"
+
+
 def _fail(message: str) -> NoReturn:
     typer.echo("error: " + message.replace("\n", " "), err=True)
     raise typer.Exit(2)
+
+
+def metric_cell(value: object, fmt: str) -> str:
+    """``value`` formatted by ``fmt``, or ``n/a`` for a metric over no jobs (None)."""
+    return NOT_MEASURED if value is None else fmt.format(value)
+
+
+def check_out_dir(out: Path) -> None:
+    """Create ``out`` and prove it writable, so a bad ``--out`` fails before any work.
+
+    Raises OSError naming the directory.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write files here ({e.strerror})", str(out)) from None
+
+
+class SingleValueCommand(TyperCommand):
+    """A command that refuses an option given twice instead of keeping the last value."""
+
+    # ctx is the Context of the click that typer bundles and does not export.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        single = {
+            name: param
+            for param in self.params
+            if isinstance(param, TyperOption) and not param.multiple and not param.is_flag
+            for name in param.opts
+        }
+        seen: set[str] = set()
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.partition("=")[0]
+            if name not in single:
+                continue
+            if name in seen:
+                hint = ""
+                if name == "--profile":
+                    hint = "; to replay several profiles, use gpufleet sim compare"
+                typer.echo(f"error: {name}: given more than once{hint}", err=True)
+                raise typer.Exit(2)
+            seen.update(single[name].opts)
+        return super().parse_args(ctx, args)
 
 
 @contextmanager
@@ -119,8 +184,24 @@ def _table(summaries: Sequence[dict[str, Any]]) -> Table:
     for s in summaries:
         table.add_column(str(s["profile"]), justify="right")
     for key, label, fmt in ROWS:
-        table.add_row(label, *(fmt.format(s[key]) for s in summaries))
+        table.add_row(label, *(metric_cell(s.get(key), fmt) for s in summaries))
+    if any(s.get(key) is None for s in summaries for key, _, _ in ROWS):
+        table.caption = f"{NOT_MEASURED}: no job to measure (none completed, started or ran)"
     return table
+
+
+def _never_ran_warning(results: Sequence[SimResult]) -> str | None:
+    """One line naming, per profile, how many jobs never started and why; None if all did."""
+    parts = []
+    for r in results:
+        idle = never_started(r)
+        if idle:
+            unschedulable = sum(1 for j in r.jobs if j.state == "unschedulable")
+            parts.append(
+                f"{r.profile}: {idle} of {len(r.jobs)} jobs never started "
+                f"({unschedulable} fit no node of the cluster)"
+            )
+    return "warning: " + "; ".join(parts) if parts else None
 
 
 def _builtin_profile() -> SimProfile:
@@ -147,8 +228,10 @@ def _execute(
     try:
         profiles = _profiles(paths)
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
+            check_out_dir(out)
         results, summaries = _replay_all(cluster, trace, profiles)
+        for s, r in zip(summaries, results, strict=True):
+            s["node_failed"] = node_failed_jobs(r)
         written: list[Path] = []
         if out is not None:
             for r in results:
@@ -171,12 +254,15 @@ def _execute(
         Console().print(_table(summaries))
     if written:
         typer.echo(f"wrote {len(written)} files to {out}", err=True)
+    warning = _never_ran_warning(results)
+    if warning:
+        typer.echo(warning, err=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``compare`` to the ``sim`` command group."""
 
-    @app.command()
+    @app.command(cls=SingleValueCommand)
     def run(
         trace: TraceOpt,
         cluster: ClusterOpt = "openb",
@@ -194,7 +280,7 @@ def register(app: typer.Typer) -> None:
         """Replay a trace through the scheduling cycle in virtual time and summarise it."""
         _execute(cluster, trace, [profile] if profile else [], out, as_json, compare=False)
 
-    @app.command()
+    @app.command(cls=SingleValueCommand)
     def compare(
         trace: TraceOpt,
         profile: Annotated[

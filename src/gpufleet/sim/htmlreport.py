@@ -28,7 +28,8 @@ from gpufleet.sim.driver import SimResult
 from gpufleet.sim.metrics import account_shares, jct
 
 TABLE_KEYS = (
-    "jobs", "completed", "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "queue_mean_s",
+    "jobs", "completed", "unschedulable", "timeouts", "cancelled", "unfinished", "node_failed",
+    "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "queue_mean_s",
     "slowdown_mean", "makespan_s", "gpu_alloc_mean_pct", "frag_mean_pct", "jain_fairness",
     "deadlines_met_pct", "preemptions", "requeues", "lost_gpu_hours", "wall_s",
 )  # fmt: skip
@@ -41,6 +42,12 @@ def _hours(seconds: Sequence[int]) -> np.ndarray:
     return np.asarray(seconds, dtype=np.float64) / 3600
 
 
+def _legend(ax: Any, **where: Any) -> None:
+    """A legend, unless nothing was drawn (matplotlib would warn about an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**where)
+
+
 def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
     twin = ax.twinx()
     for r in results:
@@ -50,7 +57,7 @@ def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
         twin.step(t, [s.pending for s in r.samples], where="post", linestyle=":", alpha=0.6)
     ax.set(xlabel="hours", ylabel="GPU allocated, %", title="Utilisation (solid), queue (dotted)")
     twin.set_ylabel("jobs waiting")
-    ax.legend(loc="upper left")
+    _legend(ax, loc="upper left")
 
 
 def _jct_cdf(ax: Any, results: Sequence[SimResult]) -> None:
@@ -60,7 +67,7 @@ def _jct_cdf(ax: Any, results: Sequence[SimResult]) -> None:
             ax.step(values, np.arange(1, len(values) + 1) / len(values), label=r.profile)
     ax.set_xscale("symlog")
     ax.set(xlabel="job completion time, s", ylabel="fraction of jobs", title="JCT CDF")
-    ax.legend(loc="lower right")
+    _legend(ax, loc="lower right")
 
 
 def _wait_by_size(ax: Any, results: Sequence[SimResult]) -> None:
@@ -78,7 +85,7 @@ def _wait_by_size(ax: Any, results: Sequence[SimResult]) -> None:
         ax.bar(x + k * width, means, width, label=r.profile)
     ax.set_xticks(x + width * (len(results) - 1) / 2, [b[2] for b in SIZE_BUCKETS])
     ax.set(xlabel="GPUs per job", ylabel="mean queueing delay, s", title="Waiting by job size")
-    ax.legend()
+    _legend(ax)
 
 
 def _fairshare(ax: Any, results: Sequence[SimResult]) -> None:
@@ -93,7 +100,7 @@ def _fairshare(ax: Any, results: Sequence[SimResult]) -> None:
                label=r.profile)  # fmt: skip
     ax.set_xticks(x + width * len(results) / 2, names, rotation=45, ha="right", fontsize=7)
     ax.set(ylabel="% of GPU time", title="Share of GPU time per account")
-    ax.legend()
+    _legend(ax)
 
 
 def _fragmentation(ax: Any, results: Sequence[SimResult]) -> None:
@@ -102,7 +109,7 @@ def _fragmentation(ax: Any, results: Sequence[SimResult]) -> None:
         t = _hours([s.time - r.start for s in r.samples])
         ax.step(t, [s.frag_milli / cap * 100 for s in r.samples], where="post", label=r.profile)
     ax.set(xlabel="hours", ylabel="% of GPU capacity", title="FGD fragmentation")
-    ax.legend()
+    _legend(ax)
 
 
 PLOTS: dict[str, Plot] = {
@@ -115,6 +122,9 @@ PLOTS: dict[str, Plot] = {
 
 
 def _cell(value: object) -> str:
+    """A summary value for the table: ``n/a`` for a metric over no jobs (None)."""
+    if value is None:
+        return "n/a"
     if isinstance(value, float):
         return f"{value:,.2f}"
     return html.escape(str(value))

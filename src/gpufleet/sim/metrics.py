@@ -27,6 +27,10 @@ Definitions (times in seconds; a job's *runtime* is its trace duration):
   (since the last checkpoint). Work is conserved: allocated GPU-seconds =
   GPU-seconds of completed jobs + lost to preemption + lost to failures +
   lost to ends without completion (time limit, cancellation).
+
+A metric over no jobs is None, never a perfect score: JCT and slowdown
+when no job completed, queueing when none started, deadlines when none
+could run, and fragmentation and Jain's index when no job ever started.
 """
 
 from __future__ import annotations
@@ -58,9 +62,10 @@ GROUP_COLUMNS = (
 SERIES_COLUMNS = ("time", "alloc_pct", "frag_pct", "pending", "running", "nodes_down")
 
 
-def _stats(values: Sequence[float], prefix: str) -> dict[str, float]:
+def _stats(values: Sequence[float], prefix: str) -> dict[str, float | None]:
+    """Mean, p50, p95 and p99 of ``values``; all four None when there are none."""
     if not values:
-        return {f"{prefix}_mean_s": 0.0, f"{prefix}_p50_s": 0.0}
+        return {f"{prefix}_{k}_s": None for k in ("mean", "p50", "p95", "p99")}
     a = np.asarray(values, dtype=np.float64)
     p50, p95, p99 = np.percentile(a, [50, 95, 99])
     return {
@@ -108,13 +113,23 @@ def contended_jain(result: SimResult) -> float:
     return float(np.mean(values)) if values else 1.0
 
 
-def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float]:
+def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float | None]:
     done = [r for r in jobs if r.state == COMPLETED]
     started = [r for r in jobs if r.first_start >= 0]
     out = _stats([jct(r) for r in done], "jct")
     out.update(_stats([r.first_start - r.trace.submit_time for r in started], "queue"))
-    out["slowdown_mean"] = float(np.mean([slowdown(r) for r in done])) if done else 0.0
+    out["slowdown_mean"] = float(np.mean([slowdown(r) for r in done])) if done else None
     return out
+
+
+def never_started(result: SimResult) -> int:
+    """Jobs that never started: unschedulable, or still waiting or cancelled at the end."""
+    return sum(1 for r in result.jobs if r.first_start < 0)
+
+
+def node_failed_jobs(result: SimResult) -> int:
+    """Jobs with at least one run cut short by a node failure (requeued or not)."""
+    return sum(1 for r in result.jobs if r.failures)
 
 
 def account_shares(result: SimResult) -> dict[str, tuple[float, float]]:
@@ -146,7 +161,9 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
         if r.state == COMPLETED
         and r.end <= r.trace.submit_time + deadline_factor * r.trace.duration_s
     )
-    frag = [s.frag_milli / cap * 100 for s in result.samples] if cap else []
+    # Over an idle cluster, fragmentation and fairness measure nothing.
+    ran = any(r.first_start >= 0 for r in jobs)
+    frag = [s.frag_milli / cap * 100 for s in result.samples] if cap and ran else []
     hours = 3600.0
     summary: dict[str, Any] = {
         "profile": result.profile,
@@ -161,9 +178,9 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
     summary.update(
         makespan_s=span,
         gpu_alloc_mean_pct=result.alloc_milli_s / (cap * span) * 100 if cap and span else 0.0,
-        frag_mean_pct=float(np.mean(frag)) if frag else 0.0,
-        jain_fairness=contended_jain(result),
-        deadlines_met_pct=met / len(runnable) * 100 if runnable else 100.0,
+        frag_mean_pct=float(np.mean(frag)) if frag else None,
+        jain_fairness=contended_jain(result) if ran else None,
+        deadlines_met_pct=met / len(runnable) * 100 if runnable else None,
         preemptions=sum(r.preemptions for r in jobs),
         requeues=sum(r.requeues for r in jobs),
         node_failures=result.node_failures,
@@ -185,18 +202,21 @@ _KEYS: dict[str, Callable[[JobRecord], str]] = {
 }
 
 
-def by_group(result: SimResult, group: str) -> dict[str, dict[str, float]]:
-    """Per user, account, QoS or partition: jobs, JCT, queueing, slowdown, GPU-hours."""
+def by_group(result: SimResult, group: str) -> dict[str, dict[str, float | None]]:
+    """Per user, account, QoS or partition: jobs, JCT, queueing, slowdown, GPU-hours.
+
+    As in ``summarize``, a metric over no jobs of the group is None.
+    """
     if group not in _KEYS:
         raise ValueError(f"group: must be one of {', '.join(GROUPS)}, got {group!r}")
     members: defaultdict[str, list[JobRecord]] = defaultdict(list)
     for r in result.jobs:
         members[_KEYS[group](r)].append(r)
     shares = account_shares(result) if group == "account" else {}
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, float | None]] = {}
     for name in sorted(members):
         rows = members[name]
-        stats: dict[str, float] = {"jobs": len(rows)}
+        stats: dict[str, float | None] = {"jobs": len(rows)}
         stats.update(_job_stats(rows))
         stats["gpu_hours"] = sum(r.allocated_gpu_s for r in rows) / 3600
         stats["lost_gpu_hours"] = sum(lost_gpu_s(r) for r in rows) / 3600
@@ -240,6 +260,11 @@ def series_rows(result: SimResult) -> list[tuple[object, ...]]:
     ]
 
 
+def _csv_cell(value: float | None) -> object:
+    """A metric for CSV: rounded, or empty where it was not measured."""
+    return "" if value is None else round(value, 4)
+
+
 def write_tables(out: Path, result: SimResult, suffix: str = "") -> list[Path]:
     """Write ``jobs{suffix}.csv``, ``series{suffix}.csv`` and ``groups{suffix}.csv`` into ``out``.
 
@@ -249,7 +274,7 @@ def write_tables(out: Path, result: SimResult, suffix: str = "") -> list[Path]:
     group_rows: list[tuple[object, ...]] = []
     for group in GROUPS:
         for name, stats in by_group(result, group).items():
-            cells = (round(stats[k], 4) if k in stats else "" for k in GROUP_COLUMNS)
+            cells = (_csv_cell(stats.get(k)) for k in GROUP_COLUMNS)
             group_rows.append((group, name, *cells))
     tables = {
         "jobs": (JOB_COLUMNS, job_rows(result)),

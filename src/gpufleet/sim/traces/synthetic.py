@@ -193,13 +193,15 @@ def generate_from_options(text: str) -> list[TraceJob]:
 
     ``n_jobs``, ``seed`` and ``gpus_total`` are required; any scalar
     ``WorkloadShape`` field may follow (``load=0.9,users=50``). Raises
-    TraceError naming the bad option.
+    TraceError naming the bad option, or one given twice.
     """
     options: dict[str, str] = {}
     for pair in filter(None, text.split(",")):
         key, eq, value = pair.partition("=")
         if not eq:
             raise TraceError("synthetic", None, key.strip(), "expected key=value")
+        if key.strip() in options:
+            raise TraceError("synthetic", None, key.strip(), "given twice")
         options[key.strip()] = value.strip()
     counts = {}
     for key in ("n_jobs", "seed", "gpus_total"):
