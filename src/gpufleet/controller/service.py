@@ -1531,8 +1531,12 @@ class Controller:
         """
         late = self.setup.backstop_s
         changed = {c.job.job_id for c in changes}  # a lost node ended them already
-        for live in list(self._jobs.values()):
-            if live.state == "PENDING" or live.start_time is None or live.job_id in changed:
+        # Every started run is in the book: walk those, not every active job.
+        for job_id in list(self.book.running):
+            live = self._jobs.get(job_id)  # None: in cleanup, ended already
+            if live is None or live.state == "PENDING" or live.start_time is None:
+                continue
+            if job_id in changed:
                 continue
             if live.kill is not None:
                 deadline = float(live.kill["deadline"])
@@ -1596,27 +1600,30 @@ class Controller:
         """
         running_tasks: dict[int, int] = defaultdict(int)
         singles: dict[tuple[str, str], int] = {}
+        unknown: set[str] = set()
+        waiting: list[LiveJob] = []
         for job in self._jobs.values():
-            if job.state != "PENDING" and job.array_limit is not None:
+            started = job.state != "PENDING"
+            if started and job.array_limit is not None:
                 running_tasks[job.job_num] += 1
-            if job.state != "PENDING" or (job.dependency and job.dependency.singleton):
+            if started or (job.dependency and job.dependency.singleton):
                 key = (job.user, job.name)
-                pk = 0 if job.state != "PENDING" else job.pk
+                pk = 0 if started else job.pk
                 singles[key] = min(singles.get(key, pk), pk)
-        unknown = {
-            ref
-            for job in self._jobs.values()
-            if job.state == "PENDING" and job.dependency
-            for ref in job.dependency.refs
-            if ref not in self._final and not self._active_ref(ref)
-        }
+            if started:
+                continue
+            waiting.append(job)
+            if job.dependency:
+                unknown.update(
+                    ref
+                    for ref in job.dependency.refs
+                    if ref not in self._final and not self._active_ref(ref)
+                )
         if unknown:
             self._load_final(unknown)
         allowed: dict[int, int] = {}
         pending = self.book.pending
-        for job in self._jobs.values():
-            if job.state != "PENDING":
-                continue
+        for job in waiting:
             reason = ""
             hold = job.hold
             if hold is not None:
