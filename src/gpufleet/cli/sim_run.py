@@ -30,6 +30,8 @@ from gpufleet.core.model import InvalidSpec
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
+from gpufleet.sim.labels import NOT_MEASURED_NOTE, SUMMARY_ROWS
+from gpufleet.sim.labels import metric_cell as metric_cell  # re-exported for sim sweep
 from gpufleet.sim.metrics import (
     by_group,
     never_started,
@@ -40,31 +42,6 @@ from gpufleet.sim.metrics import (
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import ProfileError, SimProfile, default_profile, load_profile, replay
 from gpufleet.sim.traces import TraceJob, load_trace
-
-ROWS = (
-    ("jobs", "jobs", "{:,}"),
-    ("completed", "completed", "{:,}"),
-    ("unschedulable", "unschedulable", "{:,}"),
-    ("timeouts", "timed out", "{:,}"),
-    ("cancelled", "cancelled", "{:,}"),
-    ("unfinished", "unfinished", "{:,}"),
-    ("node_failed", "hit by node failure", "{:,}"),
-    ("jct_mean_s", "JCT mean, s", "{:,.0f}"),
-    ("jct_p50_s", "JCT p50, s", "{:,.0f}"),
-    ("jct_p95_s", "JCT p95, s", "{:,.0f}"),
-    ("jct_p99_s", "JCT p99, s", "{:,.0f}"),
-    ("queue_mean_s", "queueing mean, s", "{:,.0f}"),
-    ("slowdown_mean", "bounded slowdown", "{:,.2f}"),
-    ("makespan_s", "makespan, s", "{:,}"),
-    ("gpu_alloc_mean_pct", "GPU allocated, %", "{:.2f}"),
-    ("frag_mean_pct", "fragmentation, %", "{:.2f}"),
-    ("jain_fairness", "Jain's index", "{:.3f}"),
-    ("deadlines_met_pct", "deadlines met, %", "{:.1f}"),
-    ("preemptions", "preemptions", "{:,}"),
-    ("requeues", "requeues", "{:,}"),
-    ("lost_gpu_hours", "GPU-hours lost", "{:,.1f}"),
-    ("wall_s", "wall time, s", "{:.1f}"),
-)
 
 ClusterOpt = Annotated[
     str,
@@ -87,17 +64,9 @@ OutOpt = Annotated[
 ]
 
 
-NOT_MEASURED = "n/a"
-
-
 def _fail(message: str) -> NoReturn:
     typer.echo("error: " + message.replace("\n", " "), err=True)
     raise typer.Exit(2)
-
-
-def metric_cell(value: object, fmt: str) -> str:
-    """``value`` formatted by ``fmt``, or ``n/a`` for a metric over no jobs (None)."""
-    return NOT_MEASURED if value is None else fmt.format(value)
 
 
 def check_out_dir(out: Path) -> None:
@@ -183,10 +152,10 @@ def _table(summaries: Sequence[dict[str, Any]]) -> Table:
     table.add_column("metric")
     for s in summaries:
         table.add_column(str(s["profile"]), justify="right")
-    for key, label, fmt in ROWS:
+    for key, label, fmt in SUMMARY_ROWS:
         table.add_row(label, *(metric_cell(s.get(key), fmt) for s in summaries))
-    if any(s.get(key) is None for s in summaries for key, _, _ in ROWS):
-        table.caption = f"{NOT_MEASURED}: no job to measure (none completed, started or ran)"
+    if any(s.get(key) is None for s in summaries for key, _, _ in SUMMARY_ROWS):
+        table.caption = NOT_MEASURED_NOTE
     return table
 
 

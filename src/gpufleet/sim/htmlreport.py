@@ -10,13 +10,17 @@ anywhere without a network or the files beside it:
 * ``fairshare.png``: each account's share of GPU time against its entitlement;
 * ``fragmentation.png``: FGD fragmentation over time;
 
-followed by a table comparing the profiles' summaries.
+followed by a table comparing the profiles' summaries, with the terminal
+table's labels and number formats (``labels.SUMMARY_ROWS``). Legends sit
+outside the plotting area, so they never cover a bar or a line; long trace
+or profile names wrap instead of running off the page.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,14 +29,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from gpufleet.sim.driver import SimResult
+from gpufleet.sim.labels import NOT_MEASURED_NOTE, SUMMARY_ROWS, metric_cell
 from gpufleet.sim.metrics import account_shares, jct
 
-TABLE_KEYS = (
-    "jobs", "completed", "unschedulable", "timeouts", "cancelled", "unfinished", "node_failed",
-    "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s", "queue_mean_s",
-    "slowdown_mean", "makespan_s", "gpu_alloc_mean_pct", "frag_mean_pct", "jain_fairness",
-    "deadlines_met_pct", "preemptions", "requeues", "lost_gpu_hours", "wall_s",
-)  # fmt: skip
+LEGEND_WIDTH = 24
 SIZE_BUCKETS = ((0, 1, "<1"), (1, 2, "1"), (2, 4, "2-3"), (4, 8, "4-7"), (8, 1e18, "8+"))
 
 Plot = Callable[[Any, Sequence[SimResult]], None]
@@ -42,10 +42,16 @@ def _hours(seconds: Sequence[int]) -> np.ndarray:
     return np.asarray(seconds, dtype=np.float64) / 3600
 
 
-def _legend(ax: Any, **where: Any) -> None:
-    """A legend, unless nothing was drawn (matplotlib would warn about an empty one)."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(**where)
+def _legend(ax: Any) -> None:
+    """The axes' legend to the right of the plot, outside it (the figure lays out
+    with "constrained"); none when nothing was drawn (matplotlib would warn).
+
+    Labels wrap at ``LEGEND_WIDTH`` characters, so a long profile name does not
+    squeeze the plot away."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        wrapped = [textwrap.fill(label, LEGEND_WIDTH) for label in labels]
+        ax.figure.legend(handles, wrapped, loc="outside right upper", fontsize="small")
 
 
 def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
@@ -57,7 +63,7 @@ def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
         twin.step(t, [s.pending for s in r.samples], where="post", linestyle=":", alpha=0.6)
     ax.set(xlabel="hours", ylabel="GPU allocated, %", title="Utilisation (solid), queue (dotted)")
     twin.set_ylabel("jobs waiting")
-    _legend(ax, loc="upper left")
+    _legend(ax)
 
 
 def _jct_cdf(ax: Any, results: Sequence[SimResult]) -> None:
@@ -67,7 +73,7 @@ def _jct_cdf(ax: Any, results: Sequence[SimResult]) -> None:
             ax.step(values, np.arange(1, len(values) + 1) / len(values), label=r.profile)
     ax.set_xscale("symlog")
     ax.set(xlabel="job completion time, s", ylabel="fraction of jobs", title="JCT CDF")
-    _legend(ax, loc="lower right")
+    _legend(ax)
 
 
 def _wait_by_size(ax: Any, results: Sequence[SimResult]) -> None:
@@ -121,23 +127,18 @@ PLOTS: dict[str, Plot] = {
 }
 
 
-def _cell(value: object) -> str:
-    """A summary value for the table: ``n/a`` for a metric over no jobs (None)."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return html.escape(str(value))
-
-
 def _table(summaries: Sequence[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(s['profile']))}</th>" for s in summaries)
+    """The summaries side by side: one row per ``SUMMARY_ROWS`` entry, by its label."""
+    head = "".join(f"<th class='name'>{html.escape(str(s['profile']))}</th>" for s in summaries)
     rows = "".join(
-        f"<tr><td>{key}</td>" + "".join(f"<td>{_cell(s.get(key, ''))}</td>" for s in summaries)
+        f"<tr><th>{html.escape(label)}</th>"
+        + "".join(f"<td>{html.escape(metric_cell(s.get(key), fmt))}</td>" for s in summaries)
         + "</tr>"
-        for key in TABLE_KEYS
-    )  # fmt: skip
-    return f"<table><tr><th>metric</th>{head}</tr>{rows}</table>"
+        for key, label, fmt in SUMMARY_ROWS
+    )
+    unmeasured = any(s.get(key) is None for s in summaries for key, _, _ in SUMMARY_ROWS)
+    note = f"<caption>{html.escape(NOT_MEASURED_NOTE)}</caption>" if unmeasured else ""
+    return f"<table>{note}<tr><th>metric</th>{head}</tr>{rows}</table>"
 
 
 def write_report(
@@ -149,9 +150,8 @@ def write_report(
     figures: list[str] = []
     for name, plot in PLOTS.items():
         # A bare Figure draws with Agg and touches no pyplot state.
-        fig = Figure(figsize=(8, 4))
+        fig = Figure(figsize=(9, 4), layout="constrained")
         plot(fig.subplots(), results)
-        fig.tight_layout()
         path = out / f"{name}.png"
         fig.savefig(path, dpi=100)
         written.append(path)
@@ -161,9 +161,13 @@ def write_report(
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>"
         "body{font-family:sans-serif;max-width:60em;margin:auto}"
+        # A trace path or profile name has no spaces to break at: let it break anywhere.
+        ".name{overflow-wrap:anywhere;word-break:break-word}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;"
-        "text-align:right}img{max-width:100%}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><h2>summary</h2>{_table(summaries)}"
+        "text-align:right}tr>th:first-child{text-align:left;font-weight:normal}"
+        "th.name{font-weight:bold;max-width:20em}caption{caption-side:bottom}"
+        "img{max-width:100%}</style></head><body>"
+        f"<h1 class='name'>{html.escape(title)}</h1><h2>summary</h2>{_table(summaries)}"
         + "".join(figures)
         + "</body></html>"
     )
