@@ -21,12 +21,12 @@ from gpufleet.controller.config import (
     ControllerConfig,
     PrincipalConfig,
     ServerConfig,
-    _model_of,
     config_from_dict,
     load_config,
 )
 from gpufleet.controller.setup import setup_from_config
 from gpufleet.policies.config import PolicyConfig
+from gpufleet.policies.validation import model_of
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "controller.toml"
@@ -100,20 +100,20 @@ BAD = [
     # (file text, the one problem it has)
     ("colour = 1\n", "colour: unknown key (known: server, policy, nodes, principals)"),
     ("[server]\ninterval = 5\n", "server.interval: unknown key (known: interval_s,"),
-    ("[server]\ninterval_s = 0\n", "server.interval_s: Input should be greater than or equal to 1"),
-    ("[server]\npriority_calc_s = -1\n", "server.priority_calc_s: Input should be greater"),
-    ("[server]\nkill_grace_s = 'soon'\n", "server.kill_grace_s: Input should be a valid integer"),
+    ("[server]\ninterval_s = 0\n", "server.interval_s: must be greater than or equal to 1"),
+    ("[server]\npriority_calc_s = -1\n", "server.priority_calc_s: must be greater"),
+    ("[server]\nkill_grace_s = 'soon'\n", "server.kill_grace_s: must be a whole number"),
     ("[server]\ndefault_stdout = 'out-%N'\n", "server.default_stdout: unknown pattern '%N'"),
     ("[server]\ndefault_stdout = ''\n", "server.default_stdout: must be a non-empty path"),
     ("[server]\ndefault_partition = 'gpu'\n", "server.default_partition: unknown partition 'gpu'"),
     ("[server]\ndefault_qos = 'hi'\n", "server.default_qos: unknown QoS 'hi' (known: normal)"),
-    ("[[server]]\n", "server: Input should be a valid dictionary"),
+    ("[[server]]\n", "server: must be a table"),
     ("[policy]\nsim = {}\n", "policy.sim: unknown key (known: ordering, placement,"),
-    ("[policy.ordering]\nplugin = 'lottery'\n", "policy.ordering.plugin: Input should be 'fifo'"),
+    ("[policy.ordering]\nplugin = 'lottery'\n", "policy.ordering.plugin: must be 'fifo'"),
     ("[policy.placement]\nplugin = 'x'\n", "policy.placement.plugin: unknown placement plugin"),
     (
         "[policy.ordering.multifactor]\nweight_age = -1\n",
-        "policy.ordering.multifactor.weight_age: Input should be greater than or equal to 0",
+        "policy.ordering.multifactor.weight_age: must be greater than or equal to 0",
     ),
     ("[[policy.qos]]\nname = 'hi'\nx = 1\n", "policy.qos.hi.x: unknown key (known: name,"),
     ("[[policy.qos]]\npriority = 1\n", "policy.qos.1.name: required"),  # no name: position
@@ -162,8 +162,8 @@ BAD = [
         NODE + "[[policy.reservations]]\nname = 'r'\nstart = 0\nend = 5\nnodes = ['x']\n",
         "policy.reservations.r.nodes: unknown node 'x'",
     ),
-    ("nodes = {}\n", "nodes: Input should be a valid tuple"),
-    ("nodes = [1]\n", "nodes.1: Input should be a valid dictionary"),
+    ("nodes = {}\n", "nodes: must be a list"),
+    ("nodes = [1]\n", "nodes.1: must be a table"),
     (NODE.replace("8000", "'8'"), "nodes.n[1-2].cpu_milli: must be an integer, got '8'"),
     (NODE + "gpus = { model = 'H900', count = 1 }\n", "nodes.n[1-2].gpus.model: unknown GPU"),
     (NODE + "colour = 1\n", "nodes.n[1-2].colour: unknown key (known: names,"),
@@ -171,8 +171,8 @@ BAD = [
     (NODE + NODE.replace("n[1-2]", "n2"), "nodes.n2.names: 'n2' is also declared in group 1"),
     ("[[principals]]\nrole = 'user'\n", "principals.1.name: required"),
     ("[[principals]]\nname = '-x'\n", "principals.-x.name: must be 1-64 letters"),
-    ("[[principals]]\nname = 'a'\nrole = 'god'\n", "principals.a.role: Input should be 'admin'"),
-    ("[[principals]]\nname = 'a'\naccounts = 'v'\n", "principals.a.accounts: Input should be"),
+    ("[[principals]]\nname = 'a'\nrole = 'god'\n", "principals.a.role: must be 'admin'"),
+    ("[[principals]]\nname = 'a'\naccounts = 'v'\n", "principals.a.accounts: must be"),
     ("[[principals]]\nname = 'a'\n" * 2, "principals.a: defined twice"),
     (
         ACCOUNT + "[[principals]]\nname = 'a'\naccounts = ['v']\n",
@@ -290,7 +290,7 @@ def test_check_prints_one_line_per_problem(
     lines = err.splitlines()
     assert len(lines) == 2
     assert lines[0].startswith(f"error: {path}: server.interval: unknown key")
-    assert lines[1].startswith(f"error: {path}: principals.a.role: Input should be")
+    assert lines[1].startswith(f"error: {path}: principals.a.role: must be")
 
 
 @pytest.mark.parametrize(
@@ -333,7 +333,7 @@ def test_the_page_names_every_key() -> None:
     assert [k for k in ControllerConfig.model_fields if f"[{k}]" not in text] == []
     assert [k for k in PolicyConfig.model_fields if f"policy.{k}" not in text] == []
     tables = [PolicyConfig.model_fields[k].annotation for k in PolicyConfig.model_fields]
-    models = [ServerConfig, PrincipalConfig, *filter(None, map(_model_of, tables))]
+    models = [ServerConfig, PrincipalConfig, *filter(None, map(model_of, tables))]
     keys = [f"{m.__name__}.{key}" for m in models for key in m.model_fields]
     assert [key for key in keys if f"`{key.split('.')[1]}`" not in text] == []
 

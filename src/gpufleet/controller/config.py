@@ -42,11 +42,10 @@ an account name would otherwise silently take a share of the cluster.
 from __future__ import annotations
 
 import re
-import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -57,6 +56,8 @@ from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.policies.config import Policy, PolicyConfig, UserConfig
+from gpufleet.policies.validation import entry_label
+from gpufleet.policies.validation import problems as describe
 
 PrincipalRole = Literal["admin", "operator", "user"]
 
@@ -276,7 +277,7 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> Control
     try:
         config = ControllerConfig.model_validate(data)
     except ValidationError as e:
-        problems = [_problem(data, err["loc"], err["type"], err["msg"]) for err in e.errors()]
+        problems = describe(ControllerConfig, data, e)
         groups = data.get("nodes")
         if isinstance(groups, list):
             # Node groups are plain tables to pydantic; read them too, so their problems
@@ -290,75 +291,11 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> Control
     return config
 
 
-def _problem(data: object, loc: Sequence[int | str], kind: str, message: str) -> str:
-    """One pydantic error as ``key.path: message``."""
-    if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        known = f" (known: {', '.join(model.model_fields)})" if model else ""
-        message = f"unknown key{known}"
-    elif kind == "missing":
-        message = "required"
-    elif kind == "value_error":
-        message = message.removeprefix("Value error, ")
-    key = _key(data, loc)
-    return f"{key}: {message}" if key else message
-
-
-def _key(data: object, loc: Sequence[int | str]) -> str:
-    """A pydantic location as a key: list positions become the entry's label."""
-    parts: list[str] = []
-    node = data
-    for step in loc:
-        if isinstance(step, int) and isinstance(node, list) and 0 <= step < len(node):
-            node = node[step]
-            parts.append(_label(node, step))
-        else:
-            node = node.get(str(step)) if isinstance(node, dict) else None
-            parts.append(str(step))
-    return ".".join(parts)
-
-
-def _label(entry: object, position: int) -> str:
-    """An array entry's ``name`` (a node group's ``names``), else its 1-based position."""
-    if isinstance(entry, dict):
-        for field in ("name", "names"):
-            value = entry.get(field)
-            if isinstance(value, str) and value:
-                return value
-    return str(position + 1)
-
-
-def _model_at(path: Sequence[int | str]) -> type[BaseModel] | None:
-    """The model of the table at ``path``, to list its keys; None if not a model."""
-    model: type[BaseModel] = ControllerConfig
-    for step in path:
-        if isinstance(step, int):
-            continue  # a position in a tuple of models: the same model
-        field = model.model_fields.get(step)
-        inner = _model_of(field.annotation) if field else None
-        if inner is None:
-            return None
-        model = inner
-    return model
-
-
-def _model_of(annotation: object) -> type[BaseModel] | None:
-    """The model in ``M``, ``M | None`` or ``tuple[M, ...]``."""
-    for candidate in (annotation, *get_args(annotation)):
-        if (
-            isinstance(candidate, type)
-            and not isinstance(candidate, types.GenericAlias)
-            and issubclass(candidate, BaseModel)
-        ):
-            return candidate
-    return None
-
-
 def _node_problems(groups: Sequence[object], errors: Iterable[ClusterFileError]) -> list[str]:
     problems = []
     for e in errors:
         index = (e.index or 1) - 1
-        key = "nodes." + _label(groups[index], index) + (f".{e.key}" if e.key else "")
+        key = "nodes." + entry_label(groups[index], index) + (f".{e.key}" if e.key else "")
         problems.append(f"{key}: {e.reason}")
     return problems
 

@@ -71,6 +71,7 @@ from gpufleet.policies.priority import (
 from gpufleet.policies.queue import Fifo
 from gpufleet.policies.registry import PLACEMENT, placement_profile
 from gpufleet.policies.reservations import Reservations
+from gpufleet.policies.validation import first_problem
 
 
 class PolicyError(ValueError):
@@ -235,22 +236,7 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
     try:
         return Policy(PolicyConfig.model_validate(data))
     except ValidationError as e:
-        err = e.errors()[0]
-        raise PolicyError(f"{source}: {_key(data, err['loc'])}: {err['msg']}") from None
+        raise PolicyError(f"{source}: {first_problem(PolicyConfig, data, e)}") from None
     except InvalidSpec as e:
         raise PolicyError(f"{source}: {e}") from None
 
-
-def _key(data: Any, loc: tuple[int | str, ...]) -> str:
-    """A pydantic location as a policy key: list positions become the item's name."""
-    parts: list[str] = []
-    node = data
-    for step in loc:
-        if isinstance(step, int) and isinstance(node, list) and step < len(node):
-            node = node[step]
-            name = node.get("name") if isinstance(node, dict) else None
-            parts.append(str(name) if name else str(step))
-            continue
-        node = node.get(step) if isinstance(node, dict) else None
-        parts.append(str(step))
-    return ".".join(parts)

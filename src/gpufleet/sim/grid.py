@@ -122,7 +122,7 @@ def spec_from_dict(data: dict[str, Any], root: Path) -> SweepSpec:
     """
     unknown = sorted(set(data) - {"profile", "grid"})
     if unknown:
-        raise GridError(f"{unknown[0]}: unknown table; a spec holds 'profile' and 'grid'")
+        raise GridError(f"{unknown[0]}: unknown key (known: profile, grid)")
     base = _base(data.get("profile", {}), root)
     grid = data.get("grid")
     if not isinstance(grid, dict) or not grid:

@@ -37,6 +37,7 @@ from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.policies.config import Policy, PolicyConfig
 from gpufleet.policies.priority import Multifactor
+from gpufleet.policies.validation import first_problem
 from gpufleet.sim.driver import ProgressFn, SimConfig, SimResult, Simulation, default_qos
 from gpufleet.sim.traces.record import TraceJob
 
@@ -94,11 +95,11 @@ def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
     try:
         config = SimConfig.model_validate(sim)
     except ValidationError as e:
-        raise ProfileError("sim." + _message(e)) from None
+        raise ProfileError(first_problem(SimConfig, sim, e, at="sim")) from None
     try:
         policy = Policy(PolicyConfig.model_validate(rest))
     except ValidationError as e:
-        raise ProfileError(_message(e)) from None
+        raise ProfileError(first_problem(PolicyConfig, rest, e)) from None
     except InvalidSpec as e:
         raise ProfileError(str(e)) from None
     return SimProfile(
@@ -110,9 +111,6 @@ def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
     )
 
 
-def _message(e: ValidationError) -> str:
-    err = e.errors()[0]
-    return ".".join(str(part) for part in err["loc"]) + f": {err['msg']}"
 
 
 def replay(
