@@ -106,3 +106,10 @@ def test_line_that_is_not_an_object(tmp_path: Path, line: str, reason: str) -> N
     with pytest.raises(TraceError) as err:
         load_history(path)
     assert str(err.value).startswith(f"{path}, row 1: {reason}")
+
+
+def test_paths_may_be_strings(tmp_path: Path) -> None:
+    job = TraceJob(id="a", submit_time=5, duration_s=60, request=Request(gpus=2))
+    name = str(tmp_path / "history.jsonl")
+    dump_history(name, [job])
+    assert load_history(name) == [job]

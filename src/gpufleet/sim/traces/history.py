@@ -51,17 +51,18 @@ _REQUIRED = ("id", "submit_time", "duration_s", "request")
 _NESTED = {f"request.{name}": f"request.{name}" for name in _REQUEST_TYPES}
 
 
-def dump_history(path: Path, jobs: Iterable[TraceJob]) -> None:
+def dump_history(path: Path | str, jobs: Iterable[TraceJob]) -> None:
     """Write ``jobs`` as JSON Lines that ``load_history`` reads back unchanged."""
-    with path.open("w", encoding="utf-8") as out:
+    with Path(path).open("w", encoding="utf-8") as out:
         for job in jobs:
             record = asdict(job)
             record["request"]["gpu_models"] = sorted(job.request.gpu_models)
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
-def load_history(path: Path) -> list[TraceJob]:
+def load_history(path: Path | str) -> list[TraceJob]:
     """Jobs of a history file, by submit time. TraceError names the line and field."""
+    path = Path(path)
     jobs = []
     with open_text(path) as handle:
         for line, text in enumerate(handle, start=1):
