@@ -2,17 +2,20 @@
 
 Which blocks run:
 
-* ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md`` and
-  ``docs/cluster-file.md``: every fenced block whose info string starts with
-  ``sh``, except those whose info string also says ``no-run``
-  (```` ```sh no-run ````): commands that need a real cluster, root or
-  systemd, or replays too long for a test (the block says so).
+* ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md``,
+  ``docs/cluster-file.md`` and ``docs/fill.md``: every fenced block whose
+  info string starts with ``sh``, except those whose info string also says
+  ``no-run`` (```` ```sh no-run ````): commands that need a real cluster,
+  root or systemd, or replays too long for a test (the block says so).
 * ``README.md``: only blocks marked ```` ```sh live ````, the commands meant
-  to run against a running controller (the other ``sh`` blocks install the
-  package or run long experiments). The README has its reader start
-  ``gpufleet up`` in a first shell, from the clone, so here the script first
-  does the same: it copies ``examples/`` and starts ``gpufleet up`` in the
-  background.
+  to run against a running controller, and ```` ```sh run ````, the
+  simulator's commands, which need nothing running (the other ``sh`` blocks
+  install the package or run long experiments). The README has its reader
+  start ``gpufleet up`` in a first shell, from the clone, so here the script
+  first does the same: it starts ``gpufleet up`` in the background.
+
+Every page runs from a directory holding a copy of the clone's
+``examples/``, as the docs' commands run from the clone.
 
 (``docs/api.md`` has its own test, ``tests/api/test_docs.py``.)
 
@@ -45,12 +48,14 @@ from cli.live import gpufleet_env
 
 ROOT = Path(__file__).parents[2]
 FENCE = re.compile(r"^```(sh[^\n]*)\n(.*?)^```", re.S | re.M)
-PAGES = {
+# A page's runnable blocks: "all" but no-run ones, or those marked with one of the words.
+PAGES: dict[str, str | tuple[str, ...]] = {
     "docs/cli.md": "all",
     "docs/operations.md": "all",
     "docs/simulator.md": "all",
     "docs/cluster-file.md": "all",
-    "README.md": "live",
+    "docs/fill.md": "all",
+    "README.md": ("live", "run"),
 }
 FIRST_SHELL = {
     "README.md": "gpufleet up &\n"
@@ -59,14 +64,14 @@ FIRST_SHELL = {
 TIMEOUT_S = 240
 
 
-def runnable_blocks(text: str, which: str) -> list[str]:
-    """The page's shell blocks that run: ``all`` but ``no-run`` ones, or ``live`` only."""
+def runnable_blocks(text: str, which: str | tuple[str, ...]) -> list[str]:
+    """The page's shell blocks that run: ``all`` but ``no-run`` ones, or those marked ``which``."""
     blocks = []
     for info, body in FENCE.findall(text):
         words = info.split()
         if words[0] != "sh":
             continue
-        if ("live" in words) if which == "live" else ("no-run" not in words):
+        if ("no-run" not in words) if which == "all" else bool(set(which) & set(words)):
             blocks.append(body)
     return blocks
 
@@ -94,9 +99,13 @@ def localized(script: str, tmp: Path, port: int) -> str:
 
 
 def test_the_fence_convention() -> None:
-    page = "```sh\na\n```\n```sh no-run\nb\n```\n```sh live\nc\n```\n```toml\nd\n```\n"
-    assert runnable_blocks(page, "all") == ["a\n", "c\n"]
-    assert runnable_blocks(page, "live") == ["c\n"]
+    page = (
+        "```sh\na\n```\n```sh no-run\nb\n```\n```sh live\nc\n```\n```toml\nd\n```\n"
+        "```sh run\ne\n```\n"
+    )
+    assert runnable_blocks(page, "all") == ["a\n", "c\n", "e\n"]
+    assert runnable_blocks(page, ("live",)) == ["c\n"]
+    assert runnable_blocks(page, ("live", "run")) == ["c\n", "e\n"]
 
 
 @pytest.mark.parametrize("page", list(PAGES))
