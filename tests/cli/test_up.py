@@ -139,9 +139,14 @@ def test_up_stops_at_once_with_a_long_poll_parked(tmp_path: Path) -> None:
     with gpufleet_up(data, tmp_path / "up.log", signal.SIGINT) as (_, api):
         token = (data / "agent.token").read_text().strip()
         sync = str(api.base_url).rstrip("/") + "/v1/agents/local/sync"
+        headers = {"Authorization": f"Bearer {token}"}
+        # The banner comes before up's own agent has registered the node (404 until then).
+        deadline = time.monotonic() + START_S
+        while httpx.post(sync, json={"wait_s": 0}, headers=headers).status_code == 404:
+            assert time.monotonic() < deadline, "the node never registered"
+            time.sleep(0.1)
 
         def poll() -> None:
-            headers = {"Authorization": f"Bearer {token}"}
             answer = httpx.post(sync, json={"wait_s": 30}, headers=headers, timeout=60)
             answers.append(answer.status_code)
 
