@@ -56,10 +56,14 @@ def first_problem(
 
 def problem(model: type[BaseModel], data: object, details: ErrorDetails, at: str = "") -> str:
     """One pydantic error as ``key.path: message``; just the message at the top level."""
-    loc = details["loc"]
-    message = _message(model, loc, details["type"], details["msg"])
-    key = ".".join(part for part in (at, key_path(data, loc)) if part)
-    return f"{key}: {message}" if key else message
+    key = ".".join(part for part in (at, key_path(data, details["loc"])) if part)
+    text = message(model, details)
+    return f"{key}: {text}" if key else text
+
+
+def message(model: type[BaseModel], details: ErrorDetails) -> str:
+    """One pydantic error's message alone, for callers that name the key their own way."""
+    return _message(model, details["loc"], details["type"], details["msg"])
 
 
 def key_path(data: object, loc: Sequence[int | str]) -> str:

@@ -116,11 +116,15 @@ def test_options_text() -> None:
         ("n_jobs=five,seed=1,gpus_total=8", "synthetic: n_jobs: must be a whole number"),
         (
             "n_jobs=5,seed=1,gpus_total=8,users=-2",
-            "synthetic: users: Input should be greater than 0",
+            "synthetic: users: must be greater than 0",
         ),
         (
             "n_jobs=5,seed=1,gpus_total=8,colour=red",
-            "synthetic: colour: Extra inputs are not permitted",
+            "synthetic: colour: unknown key (known: load, gpus_per_node, size_mix, "
+            "duration_median_s, duration_sigma, size_duration_exponent, min_duration_s, "
+            "max_duration_s, users, accounts, user_skew, priority_mix, limit_overestimate, "
+            "checkpoint_interval_s, checkpoint_share, cpu_milli_per_gpu, memory_mib_per_gpu, "
+            "partition)",
         ),
         ("n_jobs=5,seed=1,gpus_total=8,load", "synthetic: load: expected key=value"),
         ("n_jobs=0,seed=1,gpus_total=8", "synthetic: n_jobs: must be more than zero, got 0"),

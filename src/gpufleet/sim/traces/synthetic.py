@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.core.model import MILLI, InvalidSpec, Request
+from gpufleet.policies.validation import key_path, message
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.record import PRIORITY_CLASSES, TraceJob, whole_gpus
 
@@ -218,8 +219,8 @@ def generate_from_options(text: str) -> list[TraceJob]:
         )
     except ValidationError as e:
         first = e.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or None
-        raise TraceError("synthetic", None, field, first["msg"]) from None
+        field = key_path(options, first["loc"]) or None
+        raise TraceError("synthetic", None, field, message(WorkloadShape, first)) from None
     except InvalidSpec as e:
         raise TraceError("synthetic", None, e.field, e.reason) from None
 
