@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
@@ -34,13 +35,19 @@ from gpufleet.core.model import InvalidSpec
 from gpufleet.sim.grid import GridError, Run, load_spec, run_grid
 from gpufleet.sim.openb import TraceError
 
+# Labels short enough that a row fits 80 columns (a pipe, a narrow terminal);
+# the caption spells them out.
 COLUMNS = (
-    ("jct_mean_s", "JCT mean, s", "{:,.0f}"),
-    ("jct_p95_s", "JCT p95, s", "{:,.0f}"),
-    ("queue_mean_s", "queueing mean, s", "{:,.0f}"),
-    ("gpu_alloc_mean_pct", "GPU allocated, %", "{:.2f}"),
-    ("jain_fairness", "Jain's index", "{:.3f}"),
-    ("preemptions", "preemptions", "{:,}"),
+    ("jct_mean_s", "JCT mean", "{:,.0f}"),
+    ("jct_p95_s", "JCT p95", "{:,.0f}"),
+    ("queue_mean_s", "queue", "{:,.0f}"),
+    ("gpu_alloc_mean_pct", "GPU %", "{:.2f}"),
+    ("jain_fairness", "Jain", "{:.3f}"),
+    ("preemptions", "preempt", "{:,}"),
+)
+METRICS_NOTE = (
+    "JCT mean, JCT p95, queue: job completion and mean queueing time, s; "
+    "GPU %: mean share of GPUs allocated; Jain: Jain's fairness index"
 )
 
 
@@ -76,13 +83,33 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def short_labels(keys: Sequence[str]) -> dict[str, str]:
+    """Each grid key's last dotted part, or the whole key where two last parts clash."""
+    last = [key.rsplit(".", 1)[-1] for key in keys]
+    return {k: part if last.count(part) == 1 else k for k, part in zip(keys, last, strict=True)}
+
+
 def _table(runs: Sequence[Run]) -> Table:
-    table = Table(title=f"Sweep: {len(runs)} grid points")
     keys = list(runs[0].settings)
+    labels = short_labels(keys)
+    renamed = [f"{labels[k]} = {k}" for k in keys if labels[k] != k]
+    table = Table(
+        title=f"Sweep: {len(runs)} grid points",
+        # No outer or inner rules and single spaces between cells: that width
+        # goes to the values.
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        caption="\n".join([*(["; ".join(renamed)] if renamed else []), METRICS_NOTE]),
+    )
     for key in keys:
-        table.add_column(key)
+        # Values are the point's identity: keep them whole up to a width that
+        # leaves the metrics room, and fold a longer one rather than cut it.
+        width = max(len(labels[key]), *(len(str(run.settings[key])) for run in runs))
+        table.add_column(labels[key], overflow="fold", min_width=min(width, 16))
     for _, label, _ in COLUMNS:
-        table.add_column(label, justify="right")
+        table.add_column(label, justify="right", no_wrap=True)
     for run in runs:
         table.add_row(
             *(str(run.settings[k]) for k in keys),
