@@ -73,14 +73,20 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+FIRST_RUN_NOTE = "fill runs (the first compiles on a fresh install)"
+
+
 @contextmanager
-def _progress(total: int) -> Iterator[Callable[[FillRun], None]]:
-    """A callback that reports each finished run on stderr.
+def _progress(total: int, console: Console | None = None) -> Iterator[Callable[[FillRun], None]]:
+    """A callback that reports each finished run on stderr (or on ``console``).
 
     A terminal gets a live bar; anything else (a CI log, a pipe) gets one
-    line per run, which reads better than a redrawn bar.
+    line per run, which reads better than a redrawn bar. Until the first run
+    finishes the bar says that it may be compiling: on a fresh install that
+    takes seconds with nothing else to show. (A pipe gets no such line: an
+    error in the input must stay the only line on stderr.)
     """
-    console = Console(stderr=True)
+    console = console or Console(stderr=True)
     if not console.is_terminal:
         count = 0
 
@@ -98,8 +104,8 @@ def _progress(total: int) -> Iterator[Callable[[FillRun], None]]:
         return
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("fill runs", total=total)
-        yield lambda run: bar.advance(task)
+        task = bar.add_task(FIRST_RUN_NOTE, total=total)
+        yield lambda run: bar.update(task, advance=1, description="fill runs")
 
 
 def _table(summaries: list[FillSummary], seeds: int) -> Table:
