@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli.main import main
-from gpufleet.cli.sim_sweep import check_ray_address
-from gpufleet.sim.grid import GridError
+from gpufleet.sim.grid import GridError, check_ray_address, run_grid, spec_from_dict
 
 NODES = str(Path(__file__).parent / "fixtures" / "nodes8x8.csv")
 SMALL = "synthetic:n_jobs=60,seed=2,gpus_total=64,max_duration_s=3600"
@@ -65,3 +64,12 @@ def test_listening_address_passes() -> None:
         server.bind(("127.0.0.1", 0))
         server.listen()
         check_ray_address(f"127.0.0.1:{server.getsockname()[1]}")  # raises nothing
+
+
+def test_run_grid_checks_the_address_before_ray_does() -> None:
+    # Called from Python, not only through the command line.
+    spec = spec_from_dict({"grid": {"backfill.mode": ["easy"]}}, Path("."))
+    started = time.monotonic()
+    with pytest.raises(GridError, match=r"no Ray cluster answers at 127\.0\.0\.1:"):
+        run_grid(NODES, SMALL, spec, ray_address=f"127.0.0.1:{closed_port()}")
+    assert time.monotonic() - started < 10

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -32,7 +31,7 @@ from gpufleet.cli.sim_run import (
     metric_cell,
 )
 from gpufleet.core.model import InvalidSpec
-from gpufleet.sim.grid import GridError, Run, load_spec, run_grid
+from gpufleet.sim.grid import GridError, Run, check_ray_address, load_spec, run_grid
 from gpufleet.sim.openb import TraceError
 
 # Labels short enough that a row fits 80 columns (a pipe, a narrow terminal);
@@ -49,33 +48,6 @@ METRICS_NOTE = (
     "JCT mean, JCT p95, queue: job completion and mean queueing time, s; "
     "GPU %: mean share of GPUs allocated; Jain: Jain's fairness index"
 )
-
-
-RAY_CONNECT_TIMEOUT_S = 3.0
-
-
-def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
-    """Raise ``GridError`` in one line unless something answers at a ``--ray`` address.
-
-    ``ray.init`` retries an address nobody listens at for minutes while
-    printing warnings, so a HOST:PORT (or ray://HOST:PORT) is tried with one
-    TCP connect first. 'local' starts a cluster and 'auto' finds one through
-    Ray's own files; both are left to Ray, as is 'auto' with RAY_ADDRESS set
-    to 'auto' or 'local'.
-    """
-    target = os.environ.get("RAY_ADDRESS", address) if address == "auto" else address
-    if target in ("local", "auto") or not target:
-        return
-    host, sep, port = target.removeprefix("ray://").rpartition(":")
-    host = host.strip("[]")  # an IPv6 literal: [::1]:6379
-    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-        raise GridError(f"--ray {address}: expected 'local', 'auto' or HOST:PORT, got {target!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        reason = e.strerror or str(e) or type(e).__name__
-        where = f"--ray {address}: no Ray cluster answers at {host}:{port}"
-        raise GridError(f"{where} ({reason})") from None
 
 
 def _fail(message: str) -> NoReturn:

@@ -26,6 +26,8 @@ import functools
 import itertools
 import math
 import multiprocessing
+import os
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -260,11 +262,39 @@ def _on_processes(workers: int, tasks: Sequence[Task], on_done: Done | None) -> 
     return results
 
 
+RAY_CONNECT_TIMEOUT_S = 3.0
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Raise ``GridError`` in one line unless something answers at a ``--ray`` address.
+
+    ``ray.init`` retries an address nobody listens at for minutes while
+    printing warnings, so a HOST:PORT (or ray://HOST:PORT) is tried with one
+    TCP connect first. 'local' starts a cluster and 'auto' finds one through
+    Ray's own files; both are left to Ray, as is 'auto' with RAY_ADDRESS set
+    to 'auto' or 'local'.
+    """
+    target = os.environ.get("RAY_ADDRESS", address) if address == "auto" else address
+    if target in ("local", "auto") or not target:
+        return
+    host, sep, port = target.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal: [::1]:6379
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise GridError(f"--ray {address}: expected 'local', 'auto' or HOST:PORT, got {target!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        where = f"--ray {address}: no Ray cluster answers at {host}:{port}"
+        raise GridError(f"{where} ({reason})") from None
+
+
 def _on_ray(address: str, tasks: Sequence[Task], on_done: Done | None) -> list[Any]:
     try:
         import ray  # an optional extra: imported only when asked for
     except ImportError:
         raise GridError(RAY_MISSING) from None
+    check_ray_address(address)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
