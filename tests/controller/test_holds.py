@@ -17,7 +17,7 @@ from gpufleet.adapters.store import tables as t
 from gpufleet.controller.errors import Conflict, Forbidden
 from gpufleet.controller.live import hold_kind
 from gpufleet.controller.service import Principal
-from store.databases import Database
+from store.databases import Database, job_row
 
 
 @pytest.fixture
@@ -117,22 +117,7 @@ def test_the_hold_kind_survives_a_restart(cluster: Cluster) -> None:
 def test_jobs_held_before_the_hold_kinds_become_user_holds(db: Database) -> None:
     store = db.open()
     store.migrate("0003")
-    common = {
-        "name": "x",
-        "user": "ana",
-        "account": "a",
-        "partition": "p",
-        "qos": "q",
-        "state": "PENDING",
-        "submit_time": 1.0,
-        "time_limit_s": 60,
-        "request": {"cpu_milli": 1000},
-        "spec": {},
-    }
-    rows = [
-        {**common, "id": pk, "job_id": str(pk), "job_num": pk, "held": held}
-        for pk, held in ((1, True), (2, False))
-    ]
+    rows = [job_row(pk, held=held) for pk, held in ((1, True), (2, False))]
     with store.write() as conn:
         conn.execute(t.jobs.insert(), rows)
     store.migrate()

@@ -45,3 +45,23 @@ def database(backend: str, tmp_path: Path) -> Iterator[Database]:
 @pytest.fixture(params=BACKENDS)
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     yield from database(request.param, tmp_path)
+
+
+def job_row(pk: int, **overrides: object) -> dict[str, object]:
+    """A minimal ``jobs`` row, for tests that write the table directly."""
+    return {
+        "id": pk,
+        "job_id": str(pk),
+        "job_num": pk,
+        "name": "x",
+        "user": "ana",
+        "account": "a",
+        "partition": "p",
+        "qos": "q",
+        "state": "PENDING",
+        "submit_time": 1.0,
+        "time_limit_s": 60,
+        "request": {"cpu_milli": 1000},
+        "spec": {},
+        **overrides,
+    }

@@ -6,25 +6,7 @@ import sqlalchemy as sa
 
 from gpufleet.adapters.store import GroupWriter, Store
 from gpufleet.adapters.store import tables as t
-from store.databases import Database
-
-
-def _job(pk: int) -> dict[str, object]:
-    return {
-        "id": pk,
-        "job_id": str(pk),
-        "job_num": pk,
-        "name": "x",
-        "user": "ana",
-        "account": "a",
-        "partition": "p",
-        "qos": "q",
-        "state": "PENDING",
-        "submit_time": 1.0,
-        "time_limit_s": 60,
-        "request": {"cpu_milli": 1000},
-        "spec": {},
-    }
+from store.databases import Database, job_row
 
 
 def test_upgrade_from_empty_reaches_head_and_matches_the_tables(db: Database) -> None:
@@ -45,7 +27,7 @@ def test_upgrade_from_the_previous_revision_keeps_rows(db: Database) -> None:
     store = db.open()
     store.migrate("0001")
     with store.write() as conn:
-        conn.execute(t.jobs.insert(), [_job(1)])
+        conn.execute(t.jobs.insert(), [job_row(1)])
     store.migrate()
     assert store.revision() == Store.head()
     store.migrate()  # at head already: nothing to do
@@ -59,8 +41,8 @@ def test_group_writer_isolates_a_failing_unit(db: Database) -> None:
     store = db.open()
     store.migrate()
     writer = GroupWriter(store)
-    good = [writer.submit(lambda c, i=i: c.execute(t.jobs.insert(), [_job(i)])) for i in (1, 2)]
-    dup = writer.submit(lambda c: c.execute(t.jobs.insert(), [_job(1)]))
+    good = [writer.submit(lambda c, i=i: c.execute(t.jobs.insert(), [job_row(i)])) for i in (1, 2)]
+    dup = writer.submit(lambda c: c.execute(t.jobs.insert(), [job_row(1)]))
     for f in good:
         f.result()
     try:
@@ -93,11 +75,11 @@ def test_merged_inserts_and_copy_keep_every_row_and_its_json(db: Database) -> No
     store = db.open()
     store.migrate()
     writer = GroupWriter(store)
-    big = [{**_job(i), "request": {"cpu_milli": i, "env": {"A": "x y"}}} for i in range(1, 601)]
+    big = [{**job_row(i), "request": {"cpu_milli": i, "env": {"A": "x y"}}} for i in range(1, 601)]
     assert len(big) >= COPY_ROWS  # PostgreSQL copies these
     writer.insert([(t.jobs, big)])
     with ThreadPoolExecutor(8) as pool:  # small ones from many threads merge into few batches
-        list(pool.map(lambda i: writer.insert([(t.jobs, [_job(i)])]), range(1000, 1100)))
+        list(pool.map(lambda i: writer.insert([(t.jobs, [job_row(i)])]), range(1000, 1100)))
     writer.stop()
     with store.read() as conn:
         rows = conn.execute(sa.select(t.jobs.c.id, t.jobs.c.request).order_by(t.jobs.c.id)).all()
@@ -111,8 +93,8 @@ def test_inserted_rows_may_share_json_and_list_their_keys_in_any_order(db: Datab
     store = db.open()
     store.migrate()
     shared = {"command": ["true"], "env": {"A": "1"}}
-    first = {**_job(1), "spec": shared, "node_list": None, "held": True}
-    second = dict(reversed({**_job(2), "spec": shared, "node_list": ["n1"], "held": False}.items()))
+    first = job_row(1, spec=shared, node_list=None, held=True)
+    second = dict(reversed(job_row(2, spec=shared, node_list=["n1"], held=False).items()))
     with store.write() as conn:
         store.insert(conn, t.jobs, [first, second])
     with store.read() as conn:
