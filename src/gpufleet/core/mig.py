@@ -4,8 +4,13 @@ A MIG-capable GPU has 7 compute slices and 8 memory slots. Each GPU-instance
 profile occupies a fixed number of contiguous memory slots and may only start
 at certain slots; instances may not overlap and together use at most the 7
 compute slices. The numbers follow NVIDIA's MIG user guide for each model.
-Only the table is data: re-partitioning later changes a GPU's layout, never
+Only the tables are data: re-partitioning later changes a GPU's layout, never
 these rules.
+
+Not every layout the slot rules allow is supported: the user guide lists the
+combinations of instances the hardware supports (``SUPPORTED``), and a layout
+must be part of one of them. The slot rules alone would accept 4g + 3g, which
+no listed configuration holds.
 """
 
 from __future__ import annotations
@@ -64,6 +69,35 @@ PROFILES: dict[str, dict[str, MigProfile]] = {
 }
 
 
+# NVIDIA MIG user guide, "A100 supported MIG configurations" (H100 and H200 list the
+# same): every combination of GPU instances the hardware supports, each instance as
+# compute slices @ first memory slot. A 1g instance with two memory slots (1g.10gb on
+# A100-40GB) stands where a one-slot 1g starts; the slot rules keep its second slot free.
+SUPPORTED: tuple[frozenset[tuple[int, int]], ...] = tuple(
+    frozenset((int(c), int(s)) for c, s in (part.split("@") for part in config.split()))
+    for config in (
+        "7@0",
+        "4@0 2@4 1@6",
+        "4@0 1@4 1@5 1@6",
+        "3@0 3@4",
+        "3@0 2@4 1@6",
+        "3@0 1@4 1@5 1@6",
+        "2@0 2@2 3@4",
+        "2@0 1@2 1@3 3@4",
+        "1@0 1@1 2@2 3@4",
+        "1@0 1@1 1@2 1@3 3@4",
+        "2@0 2@2 2@4 1@6",
+        "2@0 2@2 1@4 1@5 1@6",
+        "2@0 1@2 1@3 2@4 1@6",
+        "2@0 1@2 1@3 1@4 1@5 1@6",
+        "1@0 1@1 2@2 2@4 1@6",
+        "1@0 1@1 2@2 1@4 1@5 1@6",
+        "1@0 1@1 1@2 1@3 2@4 1@6",
+        "1@0 1@1 1@2 1@3 1@4 1@5 1@6",
+    )
+)
+
+
 def profile(model: str, name: str) -> MigProfile:
     """Look up a profile, raising InvalidSpec naming what is unknown."""
     table = PROFILES.get(model)
@@ -100,6 +134,14 @@ def validate_layout(model: str, layout: tuple[MigInstance, ...]) -> None:
         raise InvalidSpec(
             "gpu.mig", f"layout uses {compute} compute slices, the GPU has {COMPUTE_SLICES}"
         )
+    used = {(profile(model, inst.profile).compute_slices, inst.start) for inst in layout}
+    if not any(used <= config for config in SUPPORTED):
+        text = ",".join(f"{inst.profile}@{inst.start}" for inst in layout)
+        raise InvalidSpec(
+            "gpu.mig",
+            f"{text} is not part of any MIG configuration NVIDIA supports on {model}"
+            " (a 4g instance leaves room for 2g and 1g instances only)",
+        )
 
 
 def parse_layout(model: str, text: str) -> tuple[MigInstance, ...]:
@@ -122,6 +164,17 @@ def parse_layout(model: str, text: str) -> tuple[MigInstance, ...]:
             if not free:
                 # Blame an invalid instance before it, not the one that found no room.
                 validate_layout(model, tuple(layout))
+                taken = {
+                    slot
+                    for inst in layout
+                    for slot in range(
+                        inst.start, inst.start + profile(model, inst.profile).memory_slots
+                    )
+                }
+                for s in prof.starts:
+                    if taken.isdisjoint(range(s, s + prof.memory_slots)):
+                        # Room in memory, but no supported configuration holds the mix.
+                        validate_layout(model, (*layout, MigInstance(name, s)))
                 raise InvalidSpec(
                     "gpu.mig", f"no room left for {name} (its starts {prof.starts} are all taken)"
                 )
