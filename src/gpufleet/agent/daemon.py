@@ -29,10 +29,12 @@ from typing import Any
 import httpx
 
 from gpufleet.agent.runner import Runner
+from gpufleet.agent.telemetry import Telemetry
 from gpufleet.api.agent_schemas import (
     MAX_SYNC_WAIT_S,
     AgentRegister,
     AgentSync,
+    GpuReading,
     RegisterReply,
     RunReport,
     SyncReply,
@@ -61,7 +63,8 @@ class Agent:
 
     ``poll_s`` is how often run ends are looked for, ``max_backoff_s`` the
     longest pause between retries, ``max_wait_s`` the longest long poll (the
-    heartbeat interval is used when shorter).
+    heartbeat interval is used when shorter). ``telemetry`` gives the GPU
+    readings each sync carries.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Agent:
         inventory: Mapping[str, Any],
         runner: Runner,
         gpu_uuids: tuple[str, ...] = (),
+        telemetry: Telemetry | None = None,
         poll_s: float = 0.2,
         max_backoff_s: float = 30.0,
         max_wait_s: float = MAX_SYNC_WAIT_S,
@@ -82,6 +86,7 @@ class Agent:
         self.heartbeat_s = 10.0
         self._inventory = dict(inventory)
         self._gpu_uuids = list(gpu_uuids)
+        self._telemetry = telemetry
         self._poll_s = poll_s
         self._max_backoff_s = max_backoff_s
         self._max_wait_s = max_wait_s
@@ -123,6 +128,8 @@ class Agent:
             monitor.join()
             self._poll_client.close()
             self._flush_client.close()
+            if self._telemetry is not None:
+                self._telemetry.close()
 
     def stop(self) -> None:
         """Make ``run`` return after the sync in progress (at most one heartbeat
@@ -148,7 +155,7 @@ class Agent:
     def sync(self, *, wait_s: float, client: httpx.Client | None = None) -> SyncReply:
         """One sync: report, then start and kill what the reply says."""
         running, reports = self.runner.snapshot()
-        body = AgentSync(running=running, reports=reports, wait_s=wait_s)
+        body = AgentSync(running=running, reports=reports, wait_s=wait_s, gpus=self._readings())
         data = self._post(
             client or self._poll_client, "/sync", body.model_dump(), timeout=wait_s + 15.0
         )
@@ -195,6 +202,16 @@ class Agent:
                     # The main loop carries the reports on its next sync.
                     log.debug("report flush failed: %s", e)
 
+    def _readings(self) -> list[GpuReading]:
+        """The GPUs' readings now; none (the controller keeps the last) if the source fails."""
+        if self._telemetry is None:
+            return []
+        try:
+            return self._telemetry.readings()
+        except Exception:  # a telemetry fault must never stop the heartbeat
+            log.exception("cannot read the GPUs from %s", self._telemetry.description)
+            return []
+
     def _until_done(self, call: Any) -> Any:
         """``call()`` until it succeeds or ``stop``; back off on transient failures."""
         delay = 0.5
@@ -210,9 +227,7 @@ class Agent:
                 delay = min(self._max_backoff_s, delay * 2)
         return None
 
-    def _post(
-        self, client: httpx.Client, path: str, body: dict[str, Any], timeout: float
-    ) -> Any:
+    def _post(self, client: httpx.Client, path: str, body: dict[str, Any], timeout: float) -> Any:
         response = client.post(path, json=body, timeout=httpx.Timeout(10.0, read=timeout))
         if response.status_code == 404 and path == "/sync":
             raise NotRegistered(_problem(response))

@@ -27,10 +27,11 @@ class InventoryError(ValueError):
 
 @dataclass(frozen=True)
 class Inventory:
-    """This node as declared: its ``Node`` and its group table to register with."""
+    """This node as declared: its ``Node``, its group table to register with, and the file."""
 
     node: Node
     group: dict[str, Any]
+    source: Path = Path()
 
     @property
     def gpu_ids(self) -> tuple[str, ...]:
@@ -88,5 +89,5 @@ def read_inventory(path: Path, node: str | None = None) -> Inventory:
     for table in groups:
         for member in nodes_from_groups([table], path):
             if member.name == node:
-                return Inventory(node=member, group={**table, "names": node})
+                return Inventory(node=member, group={**table, "names": node}, source=path)
     raise AssertionError("every node comes from a group")

@@ -86,12 +86,50 @@ class RunReport(_Request):
     cause: RunCause | None = None
 
 
+class GpuReading(_Request):
+    """One GPU's state when the agent synced: from NVML, or from the node's declared
+    telemetry file where there is no NVML (``docs/agent.md``).
+
+    Counters are NVML's: ``throttle_reasons`` is the clocks-event bitmask,
+    ``ecc_*_volatile`` count since the driver loaded, ``remap_*`` are rows
+    remapped (``remap_pending``: a remap waits for a GPU reset). ``xid_last``
+    is the last XID the agent saw (0: none), ``xid_count`` how many it saw
+    since it started. ``healthy`` and ``health_reason`` are the agent's
+    verdict (``agent/health.py``): an unhealthy GPU is masked.
+    """
+
+    index: int = Field(..., ge=0, le=1023)
+    uuid: str = Field("", max_length=128)
+    model: str = Field("", max_length=128)
+    util_pct: float = Field(0.0, ge=0.0, le=100.0)
+    mem_used_mib: int = Field(0, ge=0)
+    mem_free_mib: int = Field(0, ge=0)
+    temp_c: float = 0.0
+    power_w: float = Field(0.0, ge=0.0)
+    throttle_reasons: int = Field(0, ge=0)
+    ecc_sbe_volatile: int = Field(0, ge=0)
+    ecc_dbe_volatile: int = Field(0, ge=0)
+    xid_last: int = Field(0, ge=0)
+    xid_count: int = Field(0, ge=0)
+    remap_correctable: int = Field(0, ge=0)
+    remap_uncorrectable: int = Field(0, ge=0)
+    remap_pending: bool = False
+    remap_failure: bool = False
+    healthy: bool = True
+    health_reason: str = Field("", max_length=512)
+
+
 class AgentSync(_Request):
-    """One sync: what runs now, what ended, and how long the agent will wait for work."""
+    """One sync: what runs now, what ended, and how long the agent will wait for work.
+
+    ``gpus`` are the node's GPU readings at the sync; an agent that sends none
+    (an older one, or a sync that only flushes reports) leaves the last ones.
+    """
 
     running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     reports: list[RunReport] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     wait_s: float = Field(0.0, ge=0.0, le=MAX_SYNC_WAIT_S)
+    gpus: list[GpuReading] = Field(default_factory=list, max_length=1024)
 
 
 class JobLaunch(BaseModel):

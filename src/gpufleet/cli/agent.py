@@ -32,9 +32,19 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def node_agent(declared: Inventory, runner: Runner, *, server: str, token: str) -> Agent:
-    """The agent of the declared node: it registers the node's group table and GPU UUIDs."""
+def node_agent(
+    declared: Inventory,
+    runner: Runner,
+    *,
+    server: str,
+    token: str,
+    telemetry: Path | None = None,
+) -> Agent:
+    """The agent of the declared node: it registers the node's group table and GPU UUIDs
+    and sends GPU readings from NVML, else from ``telemetry`` (by default the
+    ``.telemetry.toml`` file beside the inventory)."""
     from gpufleet.agent.daemon import Agent
+    from gpufleet.agent.telemetry import open_telemetry, telemetry_path
 
     return Agent(
         server=server,
@@ -42,6 +52,7 @@ def node_agent(declared: Inventory, runner: Runner, *, server: str, token: str) 
         node=declared.node.name,
         inventory=declared.group,
         gpu_uuids=declared.gpu_ids,
+        telemetry=open_telemetry(declared.node, telemetry or telemetry_path(declared.source)),
         runner=runner,
     )
 
@@ -68,6 +79,14 @@ def agent(
     state_dir: Annotated[
         Path, typer.Option("--state-dir", help="where the agent keeps its runs' state")
     ] = DEFAULT_STATE_DIR,
+    telemetry: Annotated[
+        Path | None,
+        typer.Option(
+            "--telemetry",
+            help="GPU readings for a node without NVML (default: NAME.telemetry.toml beside "
+            "the inventory NAME.toml)",
+        ),
+    ] = None,
     same_user: Annotated[
         bool,
         typer.Option(
@@ -94,7 +113,7 @@ def agent(
         _fail(f"--state-dir: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
-    daemon = node_agent(declared, runner, server=server, token=token)
+    daemon = node_agent(declared, runner, server=server, token=token, telemetry=telemetry)
     failure: list[Refused] = []
     stopping = threading.Event()
 

@@ -97,6 +97,7 @@ from gpufleet.controller.live import (
     start_row,
 )
 from gpufleet.controller.loop import SchedulerLoop
+from gpufleet.controller.readings import NodeReadings, ReadingsBoard
 from gpufleet.controller.setup import ControllerSetup
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
@@ -212,6 +213,7 @@ class Controller:
         self._answered: dict[str, int] = {}
         # Per node, the kills last sent for each (job_id, run) and when: each is sent once.
         self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
+        self._readings = ReadingsBoard()
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -892,6 +894,7 @@ class Controller:
                 raise NotFound(f"node {node}: not registered; register first")
             ended = self._apply_reports(node, body.reports, now)
             info.last_heartbeat = now
+            self._readings.record(node, now, body.gpus)
             came_back = info.state != "up"
             heartbeat_due = (
                 info.saved_heartbeat is None
@@ -914,6 +917,10 @@ class Controller:
         if ended or came_back:
             self._wake()
         return reply
+
+    def gpu_readings(self) -> dict[str, NodeReadings]:
+        """Each node's latest GPU readings (nodes whose agents sent some), by node name."""
+        return self._readings.snapshot()
 
     async def wait_for_agent_work(self, *, node: str, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for news for ``node`` (a start or a kill).

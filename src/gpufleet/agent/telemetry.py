@@ -1,0 +1,239 @@
+"""Where the agent's GPU readings come from: NVML, or the node's declared file.
+
+``open_telemetry`` uses NVML (nvidia-ml-py) when the library and a driver
+are there and see at least one GPU. Otherwise it says so in one log line and
+reads the declared telemetry file instead: a TOML file of ``[[gpus]]``
+tables, each with an ``index`` and any ``GpuReading`` fields to set,
+re-read at every heartbeat. Declared GPUs it does not mention read as idle
+and cool. That file is how a node without NVIDIA hardware (a laptop, CI)
+shows GPU readings, and how tests inject an XID or a temperature.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ValidationError
+
+from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
+from gpufleet.agent.health import LOST, GpuHealthPolicy, judged
+from gpufleet.api.agent_schemas import GpuReading
+from gpufleet.core.model import Node
+
+log = logging.getLogger("gpufleet.agent")
+
+MIB = 1 << 20
+T = TypeVar("T")
+
+
+class Telemetry(Protocol):
+    """A source of the node's GPU readings, judged by the health checks."""
+
+    description: str
+
+    def readings(self) -> list[GpuReading]: ...
+
+    def close(self) -> None: ...
+
+
+def telemetry_path(inventory: Path) -> Path:
+    """The declared telemetry file beside an inventory: ``node.toml`` -> ``node.telemetry.toml``."""
+    return inventory.with_name(inventory.stem + ".telemetry.toml")
+
+
+class DeclaredTelemetry:
+    """Readings of the declared GPUs, with the values the telemetry file sets."""
+
+    def __init__(self, node: Node, path: Path, policy: GpuHealthPolicy | None = None) -> None:
+        self.node = node
+        self.path = path
+        self.policy = policy or GpuHealthPolicy()
+        self.description = f"declared telemetry file {path}"
+        self._values: dict[int, dict[str, Any]] = {}
+        self._complaint = ""
+
+    def readings(self) -> list[GpuReading]:
+        self._reload()
+        out = []
+        for gpu in self.node.gpus:
+            base: dict[str, Any] = {
+                "index": gpu.index,
+                "uuid": gpu.uuid or str(gpu.index),
+                "model": gpu.model,
+                "mem_free_mib": gpu.memory_mib,
+            }
+            base.update(self._values.get(gpu.index, {}))
+            out.append(judged(GpuReading.model_validate(base), self.policy))
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def _reload(self) -> None:
+        """Read the file again; a missing file means no values, a broken one keeps the last."""
+        if not self.path.exists():
+            self._values = {}
+            return
+        try:
+            doc = read_toml(self.path)
+            tables = doc.get("gpus", [])
+            if not isinstance(tables, list):
+                raise ValueError("gpus: must be a list of tables")
+            values: dict[int, dict[str, Any]] = {}
+            for table in tables:
+                reading = GpuReading.model_validate(table)  # checks names and types
+                values[reading.index] = dict(table)
+        except (UnreadableToml, ValueError, ValidationError) as e:
+            message = f"{self.path}: {e}".replace("\n", " ")
+            if message != self._complaint:  # once per distinct problem, not per heartbeat
+                log.warning("ignoring the telemetry file: %s", message)
+                self._complaint = message
+            return
+        self._complaint = ""
+        self._values = values
+
+
+class NvmlTelemetry:
+    """Readings from NVML. XIDs come from an NVML event set, polled at each reading."""
+
+    def __init__(self, nvml: Any, policy: GpuHealthPolicy | None = None) -> None:
+        self.nvml = nvml
+        self.policy = policy or GpuHealthPolicy()
+        self.description = "NVML"
+        count = nvml.nvmlDeviceGetCount()
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self._uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in self._handles]
+        self._models = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+        self._xid_last = [0] * count
+        self._xid_count = [0] * count
+        self._events = None
+        try:
+            events = nvml.nvmlEventSetCreate()
+            for h in self._handles:
+                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, events)
+            self._events = events
+        except nvml.NVMLError as e:
+            log.info("NVML XID events unavailable (%s); XIDs are not watched", e)
+
+    def readings(self) -> list[GpuReading]:
+        self._drain_xids()
+        return [judged(self._read(i), self.policy) for i in range(len(self._handles))]
+
+    def close(self) -> None:
+        try:
+            if self._events is not None:
+                self.nvml.nvmlEventSetFree(self._events)
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError:
+            pass
+
+    def _drain_xids(self) -> None:
+        if self._events is None:
+            return
+        by_handle = {id(h): i for i, h in enumerate(self._handles)}
+        while True:
+            try:
+                event = self.nvml.nvmlEventSetWait_v2(self._events, 0)
+            except self.nvml.NVMLError:  # NVML_ERROR_TIMEOUT: no event waiting
+                return
+            i = by_handle.get(id(event.device))
+            if i is None:
+                i = next(
+                    (
+                        k
+                        for k, u in enumerate(self._uuids)
+                        if u == _text(self.nvml.nvmlDeviceGetUUID(event.device))
+                    ),
+                    None,
+                )
+            if i is not None and event.eventData:
+                self._xid_last[i] = int(event.eventData)
+                self._xid_count[i] += 1
+
+    def _read(self, i: int) -> GpuReading:
+        nvml, h = self.nvml, self._handles[i]
+        base = GpuReading(
+            index=i,
+            uuid=self._uuids[i],
+            model=self._models[i],
+            xid_last=self._xid_last[i],
+            xid_count=self._xid_count[i],
+        )
+        try:
+            return base.model_copy(update=self._values(h))
+        except nvml.NVMLError_GpuIsLost:
+            return base.model_copy(update={"healthy": False, "health_reason": LOST})
+
+    def _values(self, h: Any) -> dict[str, Any]:
+        nvml = self.nvml
+        memory = nvml.nvmlDeviceGetMemoryInfo(h)
+        remap = _maybe(nvml, lambda: nvml.nvmlDeviceGetRemappedRows(h), (0, 0, 0, 0))
+        return {
+            "util_pct": float(_maybe(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu, 0)),
+            "mem_used_mib": int(memory.used) // MIB,
+            "mem_free_mib": int(memory.free) // MIB,
+            "temp_c": float(
+                _maybe(nvml, lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), 0)
+            ),
+            "power_w": _maybe(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(h), 0) / 1000.0,
+            "throttle_reasons": int(
+                _maybe(nvml, lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h), 0)
+            ),
+            "ecc_sbe_volatile": _ecc(nvml, h, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            "ecc_dbe_volatile": _ecc(nvml, h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            "remap_correctable": int(remap[0]),
+            "remap_uncorrectable": int(remap[1]),
+            "remap_pending": bool(remap[2]),
+            "remap_failure": bool(remap[3]),
+        }
+
+
+def _ecc(nvml: Any, handle: Any, kind: int) -> int:
+    return int(
+        _maybe(
+            nvml, lambda: nvml.nvmlDeviceGetTotalEccErrors(handle, kind, nvml.NVML_VOLATILE_ECC), 0
+        )
+    )
+
+
+def _maybe(nvml: Any, read: Callable[[], T], default: T) -> T:
+    """``read()``, or ``default`` where the GPU does not support it (a GeForce has no ECC)."""
+    try:
+        return read()
+    except nvml.NVMLError as e:
+        if isinstance(e, nvml.NVMLError_GpuIsLost):
+            raise
+        return default
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def load_nvml() -> tuple[Any, str]:
+    """The initialised ``pynvml`` module and how many GPUs it sees, or None and why not."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as e:
+        return None, f"NVML cannot start: {e}"
+    if not count:
+        pynvml.nvmlShutdown()
+        return None, "NVML sees no GPU"
+    return pynvml, ""
+
+
+def open_telemetry(node: Node, declared: Path, policy: GpuHealthPolicy | None = None) -> Telemetry:
+    """NVML when it sees GPUs; else the declared file, saying why in one line."""
+    nvml, why = load_nvml()
+    if nvml is not None:
+        return NvmlTelemetry(nvml, policy)
+    log.info("%s; GPU readings come from %s", why, declared)
+    return DeclaredTelemetry(node, declared, policy)

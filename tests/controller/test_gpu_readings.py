@@ -1,0 +1,37 @@
+"""The controller keeps each node's latest GPU readings from its agent's syncs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from controller.harness import ADMIN, Cluster
+from gpufleet.api.agent_schemas import AgentSync, GpuReading
+from store.databases import Database
+
+
+@pytest.fixture
+def cluster(db: Database) -> Iterator[Cluster]:
+    c = Cluster(db)
+    c.register()
+    yield c
+    c.ctl.stop()
+
+
+def test_latest_readings_per_node(cluster: Cluster) -> None:
+    assert cluster.ctl.gpu_readings() == {}
+    hot = [GpuReading(index=0, uuid="GPU-0", temp_c=91, healthy=False, health_reason="hot")]
+    at = cluster.clock.advance(5)
+    cluster.ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync(gpus=hot))
+    readings = cluster.ctl.gpu_readings()
+    assert list(readings) == ["n1"]
+    assert (readings["n1"].node, readings["n1"].at, readings["n1"].gpus) == ("n1", at, tuple(hot))
+    # A sync without readings (a report flush, an older agent) keeps the last ones.
+    cluster.clock.advance(5)
+    cluster.ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync())
+    assert cluster.ctl.gpu_readings()["n1"].at == at
+    cool = [GpuReading(index=0, uuid="GPU-0", temp_c=40)]
+    cluster.ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync(gpus=cool))
+    assert cluster.ctl.gpu_readings()["n1"].gpus == tuple(cool)
+    assert cluster.ctl.gpu_readings()["n1"].at == at + 5
