@@ -178,6 +178,13 @@ class ClusterState:
         return int(self.gpu_milli_total.sum())
 
     @property
+    def gpu_milli_installed(self) -> int:
+        """Milli-GPU of every live GPU, MIG-enabled ones included: the capacity that
+        allocation is a share of once MIG slices count their compute share
+        (``core.job.gpu_milli_equivalent``, at most 1000 per GPU)."""
+        return MILLI * int(self.gpu_exists.sum())
+
+    @property
     def gpu_milli_allocated(self) -> int:
         return int(self.gpu_milli_total.sum() - self.gpu_milli_free.sum())
 

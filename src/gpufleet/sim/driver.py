@@ -182,7 +182,7 @@ class SimResult:
     profile: str
     jobs: list[JobRecord]
     samples: list[Sample]
-    capacity_milli: int
+    capacity_milli: int  # every GPU, MIG-enabled ones included (core.state.gpu_milli_installed)
     start: int
     end: int
     alloc_milli_s: float  # integral of allocated milli-GPU over [start, end]
@@ -358,7 +358,7 @@ class Simulation:
             profile=self.name,
             jobs=list(self.records.values()),
             samples=self.samples,
-            capacity_milli=self.state.gpu_milli_capacity,
+            capacity_milli=self.state.gpu_milli_installed,
             start=start,
             end=end,
             alloc_milli_s=self.alloc_area,

@@ -1,0 +1,110 @@
+"""GPU allocated % with MIG: partitioned GPUs count in the capacity, never above 100%."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import node
+from gpufleet.core import mig
+from gpufleet.core.model import Node, Request
+from gpufleet.sim.driver import SimResult
+from gpufleet.sim.htmlreport import write_report
+from gpufleet.sim.metrics import summarize, write_tables
+from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.traces.record import TraceJob
+
+FIRST_FIT = profile_from_dict(
+    {"ordering": {"plugin": "fifo"}, "placement": {"plugin": "first-fit"}}, "first-fit"
+)
+
+
+def run(
+    nodes: list[Node], requests: list[Request], out: Path, *, report: bool = True
+) -> tuple[SimResult, dict[str, float]]:
+    """Replay ``requests`` (all submitted at 0, 100 s each) and write the tables and,
+    with ``report``, report.html."""
+    jobs = [
+        TraceJob(id=f"j{k}", submit_time=0, duration_s=100, request=r)
+        for k, r in enumerate(requests)
+    ]
+    result = replay(nodes, jobs, FIRST_FIT)
+    summary = summarize(result)
+    write_tables(out, result)
+    if report:
+        write_report(out, [result], [summary], "mig")
+    return result, summary
+
+
+def series_peak(out: Path) -> float:
+    with (out / "series.csv").open(newline="") as f:
+        return max(float(row["alloc_pct"]) for row in csv.DictReader(f))
+
+
+def report_alloc(out: Path) -> float:
+    """The 'GPU allocated while busy, %' cell of report.html's table."""
+    page = (out / "report.html").read_text()
+    cell = re.search(r"<th>GPU allocated while busy, %</th><td>([0-9.]+)</td>", page)
+    assert cell is not None
+    return float(cell.group(1))
+
+
+def test_one_partitioned_and_one_whole_gpu_all_busy_is_under_100_percent(tmp_path: Path) -> None:
+    # The reported case: GPU 0 cut into 7 x 1g.10gb, GPU 1 whole, everything busy.
+    # Each 1g slice counts 1000 // 7 = 142 milli, so 7 x 142 + 1000 of 2000 milli.
+    nodes = [node("m").gpus(2).mig(",".join(["1g.10gb"] * 7), gpu=0).build()]
+    requests = [Request(mig_profile="1g.10gb", mig_count=1)] * 7 + [Request(gpus=1)]
+    result, summary = run(nodes, requests, tmp_path)
+    assert result.capacity_milli == 2000
+    assert summary["gpu_alloc_busy_pct"] == 99.7
+    assert series_peak(tmp_path) == 99.7
+    assert report_alloc(tmp_path) == 99.70
+
+
+LAYOUTS = {
+    "A100-80GB": ["1g.10gb," * 6 + "1g.10gb", "3g.40gb@0,3g.40gb@4", "4g.40gb,2g.20gb,1g.10gb"],
+    "H100-80GB": ["7g.80gb", "1g.20gb,1g.20gb,1g.20gb,1g.20gb", "2g.20gb,2g.20gb,3g.40gb@4"],
+}
+
+
+@st.composite
+def mig_clusters(draw: st.DrawFn) -> tuple[list[Node], list[Request]]:
+    """A few nodes, each GPU whole or partitioned, and jobs of every kind that fit them."""
+    nodes = []
+    profiles: set[str] = set()
+    for i in range(draw(st.integers(1, 3))):
+        model = draw(st.sampled_from(sorted(LAYOUTS)))
+        b = node(f"n{i}").model(model).gpus(draw(st.integers(1, 4)))
+        for gpu in range(draw(st.integers(0, 2))):
+            layout = draw(st.sampled_from(LAYOUTS[model]))
+            b = b.mig(layout, gpu=gpu)
+            profiles |= {i.profile for i in mig.parse_layout(model, layout)}
+        nodes.append(b.build())
+    kinds = [
+        st.builds(Request, gpus=st.integers(1, 4)),
+        st.builds(Request, gpu_milli=st.integers(1, 999)),
+    ]
+    if profiles:
+        kinds.append(
+            st.builds(Request, mig_profile=st.sampled_from(sorted(profiles)), mig_count=st.just(1))
+        )
+    requests = draw(st.lists(st.one_of(kinds), min_size=1, max_size=24))
+    return nodes, requests
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(mig_clusters())
+def test_allocated_percent_never_exceeds_100(
+    tmp_path: Path, drawn: tuple[list[Node], list[Request]]
+) -> None:
+    nodes, requests = drawn
+    result, summary = run(nodes, requests, tmp_path, report=False)
+    assert max(s.alloc_milli for s in result.samples) <= result.capacity_milli
+    assert summary["gpu_alloc_busy_pct"] is None or summary["gpu_alloc_busy_pct"] <= 100
+    assert series_peak(tmp_path) <= 100
