@@ -11,9 +11,9 @@ running sums of what they free, so one query is a handful of numpy passes
 over the events and the GPU grid, whatever the number of running jobs.
 
 Nodes may also be *blocked*: a planned start, an exclusive job or an advance
-reservation keeps a node from ``blocked_from`` until ``blocked_until``. A job of length L may
-use a blocked node at time t only if it ends by ``blocked_from`` or starts
-at ``blocked_until`` or later, so it can never delay what holds the node.
+reservation keeps a node over a span [from, until); a node keeps each span
+apart. A job of length L may use a blocked node at time t only if [t, t + L)
+overlaps none of its spans, so it can never delay what holds the node.
 """
 
 from __future__ import annotations
@@ -35,34 +35,87 @@ NEVER = np.iinfo(np.int64).max // 4
 
 @dataclass
 class Blocks:
-    """Per-node time spans that a job must not overlap (see module docstring)."""
+    """Per-node time spans that a job must not overlap (see module docstring).
 
+    Spans are kept apart, as Slurm keeps a node's time slices: a job may fit
+    in the gap between two holds on a node. Overlapping or touching spans of
+    a node merge (that loses no gap). Kept sorted by (node, start).
+    """
+
+    nodes: int
+    node: IntArray
     start: IntArray
     end: IntArray
 
     @classmethod
     def none(cls, nodes: int) -> Blocks:
-        return cls(np.full(nodes, NEVER, dtype=np.int64), np.zeros(nodes, dtype=np.int64))
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(nodes, empty, empty, empty)
 
     def copy(self) -> Blocks:
-        return Blocks(self.start.copy(), self.end.copy())
+        return replace(self)  # the arrays are never changed in place
 
     def add(self, nodes: IntArray | BoolArray, start: int, end: int) -> None:
-        """Block ``nodes`` over [start, end); overlapping spans merge into their hull."""
-        self.start[nodes] = np.minimum(self.start[nodes], start)
-        self.end[nodes] = np.maximum(self.end[nodes], end)
+        """Block ``nodes`` over [start, end)."""
+        idx = np.asarray(nodes)
+        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx.astype(np.int64)
+        if start >= end or not len(idx):
+            return
+        span = np.full(len(idx), start, dtype=np.int64), np.full(len(idx), end, dtype=np.int64)
+        self._set(
+            np.concatenate([self.node, idx]),
+            np.concatenate([self.start, span[0]]),
+            np.concatenate([self.end, span[1]]),
+        )
 
     def merged(self, other: Blocks) -> Blocks:
-        return Blocks(np.minimum(self.start, other.start), np.maximum(self.end, other.end))
+        out = self.copy()
+        out._set(
+            np.concatenate([self.node, other.node]),
+            np.concatenate([self.start, other.start]),
+            np.concatenate([self.end, other.end]),
+        )
+        return out
+
+    def _set(self, node: IntArray, start: IntArray, end: IntArray) -> None:
+        """Keep these spans, merged per node where they overlap or touch."""
+        if not len(node):
+            return
+        order = np.lexsort((start, node))
+        node, start, end = node[order], start[order], end[order]
+        # The latest end so far within each node: ranks of ends offset by node keep
+        # one running maximum from crossing into the next node.
+        ends, rank = np.unique(end, return_inverse=True)
+        width = len(ends)
+        reach = ends[np.maximum.accumulate(node * width + rank.ravel()) - node * width]
+        first = np.r_[True, (node[1:] != node[:-1]) | (start[1:] > reach[:-1])]
+        heads = np.flatnonzero(first)
+        tails = np.r_[heads[1:] - 1, len(node) - 1]
+        self.node, self.start, self.end = node[heads], start[heads], reach[tails]
 
     def usable(self, at: int, length: int) -> BoolArray:
         """Nodes a job may hold over [at, at + length) without overlapping a block."""
-        return (at + length <= self.start) | (at >= self.end)
+        ok = np.ones(self.nodes, dtype=np.bool_)
+        ok[self.node[(self.start < at + length) & (self.end > at)]] = False
+        return ok
 
     def shift(self, times: IntArray, length: int) -> IntArray:
         """Per node, the first time >= ``times`` at which a job of ``length`` fits around blocks."""
-        ok = times + length <= self.start
-        return np.where(ok, times, np.maximum(times, self.end))
+        if not len(self.node):
+            return times.copy()
+        node = self.node
+        new = np.r_[True, node[1:] != node[:-1]]
+        # The free gaps of each node: before each span (from the previous one's
+        # end) and after its last span.
+        gap_from = np.where(new, np.iinfo(np.int64).min, np.r_[0, self.end[:-1]])
+        at = np.maximum(times[node], gap_from)
+        fits = at + length <= self.start
+        out = times.copy()
+        out[node] = NEVER  # set below from the gaps
+        last = np.r_[np.flatnonzero(new)[1:] - 1, len(node) - 1]
+        np.minimum.at(out, node[last], np.maximum(times[node[last]], self.end[last]))
+        np.minimum.at(out, node[fits], at[fits])
+        return np.where(times >= NEVER, NEVER, out)
 
 
 @dataclass(frozen=True)
