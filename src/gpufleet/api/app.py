@@ -2,7 +2,8 @@
 
 The app holds no state of its own and manages no lifecycle: whoever serves
 it starts the controller before and stops it after. Every route but
-``/healthz`` needs a bearer token, the OpenAPI document included (served at
+``/healthz`` and the dashboard's static page (``/ui/``, ``api.web``) needs a
+bearer token, the OpenAPI document included (served at
 ``/v1/openapi.json``). Every error is ``application/problem+json``.
 """
 
@@ -12,9 +13,19 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI
 
-from gpufleet.api import openapi, problems
+from gpufleet.api import openapi, problems, web
 from gpufleet.api.auth import authenticate
-from gpufleet.api.routers import agents, cluster, config, health, jobs, nodes, tokens, usage
+from gpufleet.api.routers import (
+    agents,
+    cluster,
+    config,
+    dashboard,
+    health,
+    jobs,
+    nodes,
+    tokens,
+    usage,
+)
 from gpufleet.controller.service import Controller, Principal
 
 MAX_BODY_BYTES = 2 << 20
@@ -37,8 +48,9 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
     app.state.stopping = False  # see routers.agents.stop_long_polls
     problems.install(app)
     app.add_middleware(problems.Guard, max_body=max_body_bytes)
-    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents):
+    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents, dashboard):
         app.include_router(module.router)
+    app.include_router(web.router())
 
     @app.get("/v1/openapi.json", include_in_schema=False)
     def openapi_json(_: Annotated[Principal, Depends(authenticate)]) -> dict[str, Any]:

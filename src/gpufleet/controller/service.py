@@ -78,8 +78,9 @@ from gpufleet.api.schemas import (
     Role,
     Submitted,
 )
-from gpufleet.controller import accounting, fairshare, persist
+from gpufleet.controller import accounting, dashboard, fairshare, persist
 from gpufleet.controller.clock import Clock, WallClock
+from gpufleet.controller.dashboard import ClusterMap, NodePage
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import (
     check_nodes,
@@ -671,6 +672,31 @@ class Controller:
     def resume_node(self, *, principal: Principal, name: str, reason: str = "") -> NodeOut:
         """Undo a drain, or bring a down node back if its agent syncs (operator). Audited."""
         return self._set_drain(principal, name, drain=False, reason=reason)
+
+    # -- dashboard ---------------------------------------------------------------
+
+    def cluster_map(self, *, principal: Principal) -> ClusterMap:
+        """Every node and GPU with its state and holders (``dashboard.cluster_map``);
+        a user sees the owners of its own jobs only."""
+        readings = self.gpu_readings()
+        viewer = None if principal.is_operator else principal.user
+        with self._lock:
+            nodes = [(self._nodes[n], self._node_state(n)) for n in sorted(self._nodes)]
+            return dashboard.cluster_map(
+                nodes,
+                self.book.state,
+                self._jobs.values(),
+                readings,
+                viewer=viewer,
+                now=self.clock.now(),
+            )
+
+    def node_page(self, *, principal: Principal, name: str) -> NodePage:
+        """A node with its GPUs' latest readings and its latest events; NotFound if unknown."""
+        node = self.get_node(principal=principal, name=name)
+        with self.store.read() as conn:
+            events = dashboard.node_events(conn, name)
+        return dashboard.node_page(node, self.gpu_readings().get(name), events)
 
     # -- policy views ------------------------------------------------------------
 
