@@ -191,3 +191,46 @@ def test_malformed_row_names_row_and_field(
     with pytest.raises(TraceError) as err:
         load_sacct(path)
     assert str(err.value) == f"{path}, row {line}: {field}: {reason}"
+
+
+def _one_job(tmp_path: Path, alloc: str, nodes: int = 1) -> Path:
+    header = "JobID|User|Account|Partition|QOS|Submit|Start|Elapsed|Timelimit|State|NNodes"
+    row = "7|ana|vision|gpu|normal|2026-01-01T10:00:00|2026-01-01T10:00:05|01:00:00|01:00:00"
+    path = tmp_path / "mig.psv"
+    path.write_text(f"{header}|AllocTRES\n{row}|COMPLETED|{nodes}|{alloc}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("alloc", "nodes", "profile", "instances", "cpu_milli"),
+    [
+        # Slurm's NVML autodetection names a MIG device type by its profile.
+        ("cpu=2,gres/gpu:1g.10gb=1,gres/gpu=1,mem=8G", 1, "1g.10gb", 1, 2000),
+        ("cpu=4,gres/gpu:3g.40gb=2,mem=8G", 1, "3g.40gb", 2, 4000),
+        # A site prefix before the profile, and a gang of two nodes with 2 each.
+        ("cpu=8,gres/gpu:a100_1g.5gb=4,gres/gpu=4", 2, "1g.5gb", 2, 4000),
+    ],
+)
+def test_a_mig_gres_type_is_a_mig_request(
+    tmp_path: Path, alloc: str, nodes: int, profile: str, instances: int, cpu_milli: int
+) -> None:
+    (job,) = load_sacct(_one_job(tmp_path, alloc, nodes))
+    r = job.request
+    assert (r.mig_profile, r.mig_count, r.gpus, r.gpu_milli) == (profile, instances, 0, 0)
+    assert (r.nodes, r.cpu_milli) == (nodes, cpu_milli)
+
+
+@pytest.mark.parametrize(
+    ("alloc", "reason"),
+    [
+        ("gres/gpu:1g.10gb=1,gres/gpu:h100=1,gres/gpu=2", "one profile and no whole GPUs"),
+        ("gres/gpu:1g.10gb=1,gres/gpu:3g.40gb=1", "one profile and no whole GPUs"),
+        ("gres/gpu:9g.90gb=1", "unknown MIG profile '9g.90gb'"),
+    ],
+)
+def test_a_mig_gres_mix_gpufleet_cannot_hold_is_refused(
+    tmp_path: Path, alloc: str, reason: str
+) -> None:
+    with pytest.raises(TraceError, match=reason) as err:
+        load_sacct(_one_job(tmp_path, alloc))
+    assert ", row 2: AllocTRES: " in str(err.value)

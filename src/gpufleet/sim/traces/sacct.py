@@ -22,7 +22,10 @@ dot), they are ignored. Mapping:
   ``cpu=N`` and ``mem=`` (K/M/G/T suffixes) divided over ``NNodes`` nodes,
   rounded up, so a 2-node job becomes a gang of 2 equal tasks. With
   ``SacctOptions.gpu_models`` a ``gres/gpu:TYPE`` restricts the job to the
-  mapped catalog model; without it the job takes any model.
+  mapped catalog model; without it the job takes any model. A type naming a
+  MIG profile (``gres/gpu:1g.10gb=1``, or with a prefix such as
+  ``a100_1g.10gb``, as Slurm's NVML autodetection names MIG devices) asks for
+  that many MIG instances instead of whole GPUs.
 * ``User``, ``Account``, ``QOS``, ``Partition`` copied as they are.
 
 Jobs that never started are skipped: ``State`` PENDING, a ``Start`` of
@@ -33,6 +36,7 @@ for a job cancelled while pending). Timestamps read as ISO 8601.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +44,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
+from gpufleet.core.mig import PROFILES
 from gpufleet.core.model import Request
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.fields import count, located, table_rows
@@ -59,6 +64,7 @@ COLUMNS = (
 )
 NO_TIME = frozenset({"", "Unknown", "None"})
 NO_LIMIT = frozenset({"UNLIMITED", "Partition_Limit", "NONE", "INVALID"})
+MIG_TYPE = re.compile(r"(?:^|_)(\d+g\.\d+gb)$")
 _MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 
@@ -192,18 +198,54 @@ def _request(
             raise TraceError(path, line, field, f"{entry!r} is not a name=value TRES entry")
         tres[key] = value
     typed = {k.removeprefix("gres/gpu:"): v for k, v in tres.items() if k.startswith("gres/gpu:")}
-    if "gres/gpu" in tres:
-        gpus = count(path, line, field, tres["gres/gpu"])
+    mig = {
+        m.group(1): count(path, line, field, v)
+        for t, v in typed.items()
+        if (m := MIG_TYPE.search(t))
+    }
+    typed = {t: v for t, v in typed.items() if not MIG_TYPE.search(t)}
+    if "gres/gpu" in tres:  # the total counts MIG devices too
+        gpus = max(0, count(path, line, field, tres["gres/gpu"]) - sum(mig.values()))
     else:
         gpus = sum(count(path, line, field, v) for v in typed.values())
     cpus = count(path, line, field, tres.get("cpu", "0"))
     memory = _mib(path, line, field, tres.get("mem", "0"))
+    if mig:
+        return _mig_request(path, line, field, mig, gpus, cpus, memory, nodes)
     models = frozenset(options.gpu_models[t] for t in typed if t in options.gpu_models)
     return Request(
         gpus=-(-gpus // nodes),
         cpu_milli=-(-cpus * 1000 // nodes),
         memory_mib=-(-memory // nodes),
         gpu_models=models if gpus else frozenset(),
+        nodes=nodes,
+    )
+
+
+def _mig_request(
+    path: Path,
+    line: int,
+    field: str,
+    mig: dict[str, int],
+    gpus: int,
+    cpus: int,
+    memory: int,
+    nodes: int,
+) -> Request:
+    """One node's share of a job holding MIG instances of one profile."""
+    if len(mig) > 1 or gpus:
+        raise TraceError(
+            path, line, field, "a job holds MIG instances of one profile and no whole GPUs"
+        )
+    ((name, instances),) = mig.items()
+    if not any(name in table for table in PROFILES.values()):
+        known = ", ".join(sorted({p for table in PROFILES.values() for p in table}))
+        raise TraceError(path, line, field, f"unknown MIG profile {name!r} (known: {known})")
+    return Request(
+        mig_profile=name,
+        mig_count=-(-instances // nodes),
+        cpu_milli=-(-cpus * 1000 // nodes),
+        memory_mib=-(-memory // nodes),
         nodes=nodes,
     )
 
