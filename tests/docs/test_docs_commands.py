@@ -3,7 +3,7 @@
 Which blocks run:
 
 * ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md``,
-  ``docs/cluster-file.md`` and ``docs/fill.md``: every fenced block whose
+  ``docs/cluster-file.md``, ``docs/fill.md`` and ``docs/traces.md``: every fenced block whose
   info string starts with ``sh``, except those whose info string also says
   ``no-run`` (```` ```sh no-run ````): commands that need a real cluster,
   root or systemd, or replays too long for a test (the block says so).
@@ -55,6 +55,7 @@ PAGES: dict[str, str | tuple[str, ...]] = {
     "docs/simulator.md": "all",
     "docs/cluster-file.md": "all",
     "docs/fill.md": "all",
+    "docs/traces.md": "all",
     "README.md": ("live", "run"),
 }
 FIRST_SHELL = {

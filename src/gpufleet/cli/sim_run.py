@@ -53,8 +53,9 @@ ClusterOpt = Annotated[
 TraceOpt = Annotated[
     str,
     typer.Option(
-        metavar="FORMAT:PATH",
-        help="openb, swf, tiresias, sacct, generic or history, then :PATH; or synthetic:K=V,...",
+        metavar="FORMAT:PATH[,K=V...]",
+        help="A format (openb, swf, tiresias, sacct, generic, history), :PATH and its options "
+        "as ,KEY=VALUE (see docs/traces.md); or synthetic:K=V,...",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="End stdout with one line of JSON.")]

@@ -40,7 +40,7 @@ from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.metrics import summarize
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
-from gpufleet.sim.traces import TraceJob, load_trace
+from gpufleet.sim.traces import TraceJob, absolute_spec, load_trace
 
 RAY_MISSING = "--ray needs the 'ray' extra: pip install 'gpufleet[ray]'"
 
@@ -197,10 +197,7 @@ def absolute_paths(cluster: str, trace: str) -> tuple[str, str]:
     """
     if Path(cluster).exists():
         cluster = str(Path(cluster).resolve())
-    name, colon, rest = trace.partition(":")
-    if colon and Path(rest).exists():
-        trace = f"{name}:{Path(rest).resolve()}"
-    return cluster, trace
+    return cluster, absolute_spec(trace)
 
 
 Done = Callable[[int], None]

@@ -31,6 +31,7 @@ class TraceError(ValueError):
     """A trace file that cannot be read, with where and why."""
 
     def __init__(self, path: Path | str, row: int | None, field: str | None, reason: str) -> None:
+        self.row = row
         where = str(path) + (f", row {row}" if row is not None else "")
         what = f"{field}: " if field else ""
         super().__init__(f"{where}: {what}{reason}")

@@ -13,7 +13,7 @@ from gpufleet.adapters.inventory import ClusterFileError, load_cluster
 from gpufleet.adapters.textfile import UnreadableText, read_text
 from gpufleet.cli.main import main
 from gpufleet.sim.openb import TraceError, load_nodes, load_pods
-from gpufleet.sim.traces import LOADERS, dump_history, load_trace
+from gpufleet.sim.traces import dump_history, load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NODES = Path(__file__).parents[1] / "fixtures" / "nodes8x8.csv"
@@ -28,17 +28,22 @@ def history(tmp_path: Path) -> Path:
     return path
 
 
+def loader(name: str) -> Loader:
+    """The format's loader with its default options, as ``--trace NAME:PATH`` reads."""
+    return lambda path: load_trace(f"{name}:{path}")
+
+
 def case(loader: Loader, name: str) -> tuple[Loader, Callable[[Path], Path]]:
     return loader, lambda _tmp: FIXTURES / name
 
 
 CASES = {
-    "openb": case(LOADERS["openb"], "openb_pods.csv"),
-    "swf": case(LOADERS["swf"], "tiny.swf"),
-    "tiresias": case(LOADERS["tiresias"], "tiresias.csv"),
-    "sacct": case(LOADERS["sacct"], "sacct.psv"),
-    "generic": case(LOADERS["generic"], "generic.csv"),
-    "history": (LOADERS["history"], history),
+    "openb": case(loader("openb"), "openb_pods.csv"),
+    "swf": case(loader("swf"), "tiny.swf"),
+    "tiresias": case(loader("tiresias"), "tiresias.csv"),
+    "sacct": case(loader("sacct"), "sacct.psv"),
+    "generic": case(loader("generic"), "generic.csv"),
+    "history": (loader("history"), history),
     "openb pods": case(load_pods, "openb_pods.csv"),
     "openb nodes": (load_nodes, lambda _tmp: NODES),
     "cluster file": (load_cluster, lambda _tmp: CLUSTER),

@@ -70,8 +70,15 @@ def test_mig_count_defaults_to_one(corrupt: Corrupt) -> None:
             "must be one of high, normal, low, got 'urgent'",
         ),
         (5, ",1000,1024,", ",,1024,", "gpus", "asks for nothing: give CPUs, GPUs or a MIG profile"),
-        (1, ",gpus,", ",gpu,", "gpu", "unknown column (known: id, submit_time, duration_s,"),
-        (1, "id,", "name,", "id", "column missing from the header"),
+        # An unknown column is a label, but one like a field the file lacks is a typo.
+        (1, ",gpus,", ",gpu,", "gpu", "looks like a misspelt gpus: map it (columns.gpus=gpu)"),
+        (
+            1,
+            "submit_time",
+            "submitted",
+            "submit_time",
+            "column missing; map one with columns.submit_time=submitted",
+        ),
     ],
 )
 def test_malformed_row_names_row_and_field(
@@ -83,9 +90,7 @@ def test_malformed_row_names_row_and_field(
     assert str(err.value).startswith(f"{path}, row {line}: {field}: {reason}")
 
 
-def test_parquet_holds_the_same_jobs_as_csv(
-    fixture: Callable[[str], Path], tmp_path: Path
-) -> None:
+def test_parquet_holds_the_same_jobs_as_csv(fixture: Callable[[str], Path], tmp_path: Path) -> None:
     # The same table written as Parquet with the column types pyarrow infers
     # (integers as int64, empty cells as nulls), as a data pipeline would.
     import pyarrow.csv as pa_csv

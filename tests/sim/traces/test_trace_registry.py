@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sim.traces import LOADERS, TraceError, dump_history, generate, load_trace
+from gpufleet.sim.traces import FORMATS, TraceError, dump_history, generate, load_trace
 
 FIXTURE_OF = {
     "openb": "openb_pods.csv",
@@ -22,7 +22,7 @@ FIXTURE_OF = {
 def test_spec_picks_the_loader(fixture: Callable[[str], Path], name: str) -> None:
     path = fixture(FIXTURE_OF[name])
     jobs = load_trace(f"{name}:{path}")
-    assert jobs == LOADERS[name](path)
+    assert jobs == FORMATS[name].load(path, FORMATS[name].options())
     assert [j.submit_time for j in jobs] == sorted(j.submit_time for j in jobs)
 
 
@@ -39,7 +39,7 @@ def test_synthetic_spec() -> None:
 
 
 def test_every_format_is_covered() -> None:
-    assert set(LOADERS) == {*FIXTURE_OF, "history"}
+    assert set(FORMATS) == {*FIXTURE_OF, "history"}
 
 
 @pytest.mark.parametrize(

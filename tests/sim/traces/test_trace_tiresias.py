@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.tiresias import load_tiresias
+from gpufleet.sim.traces.tiresias import TiresiasOptions, load_tiresias
 
 Corrupt = Callable[[str, int, str, str], Path]
 
@@ -25,7 +25,7 @@ def test_reads_jobs(fixture: Callable[[str], Path]) -> None:
 
 def test_node_size_sets_the_gang(fixture: Callable[[str], Path]) -> None:
     # 16 GPUs on 4-GPU nodes: 16 / 4 = 4 nodes
-    wide = load_tiresias(fixture("tiresias.csv"), gpus_per_node=4)[1]
+    wide = load_tiresias(fixture("tiresias.csv"), TiresiasOptions(gpus_per_node=4))[1]
     assert (wide.request.gpus, wide.request.nodes) == (4, 4)
 
 

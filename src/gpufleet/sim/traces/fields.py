@@ -79,3 +79,34 @@ def located(path: Path, line: int, columns: Mapping[str, str] | None = None) -> 
         names = columns or {}
         field = names.get(e.field, e.field.removeprefix("request."))
         raise TraceError(path, line, field, e.reason) from None
+
+
+class TraceProblems(TraceError):
+    """Every problem found in one trace file, each naming its row and column.
+
+    ``str()`` joins them on one line, ``; ``-separated and by row, as a
+    configuration's problems read; past ``SHOWN`` problems it only counts the rest, so a
+    wrong unit in a million-row file stays one readable line.
+    """
+
+    SHOWN = 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[TraceError] = []
+        ValueError.__init__(self, str(path))
+
+    def add(self, problem: TraceError) -> None:
+        self.problems.append(problem)
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __str__(self) -> str:
+        ordered = sorted(self.problems, key=lambda p: p.row or 0)
+        shown = "; ".join(str(p) for p in ordered[: self.SHOWN])
+        rest = len(self.problems) - self.SHOWN
+        return shown + (f"; and {rest} more problem(s) in {self.path}" if rest > 0 else "")

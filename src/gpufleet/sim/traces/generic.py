@@ -1,50 +1,71 @@
-"""The generic trace schema: one job per row of a CSV (or a Parquet) file.
+"""The generic trace schema: one job per row of a CSV (or a Parquet) file, with a mapping.
 
-==========================  ========  ==========================================
-column                      required  meaning
-==========================  ========  ==========================================
-``id``                      yes       job id, unique in the trace
-``submit_time``             yes       seconds from the trace's origin
-``duration_s``              yes       actual runtime in seconds
-``gpus``                              whole GPUs per task (default 0)
-``gpu_milli``                         a fraction of one shared GPU, 1..999,
-                                      instead of ``gpus``
-``cpu_milli``                         milli-CPU per task (default 0)
-``memory_mib``                        memory per task in MiB (default 0)
-``nodes``                             tasks of a gang, one per node (default 1)
-``user``, ``account``,                names (default empty)
+A file in gpufleet's own column names loads as it is. Any other table loads
+through ``GenericOptions``: which column holds each field (``columns``), how
+times are written (``time``, ``timezone``, ``origin``), the units of
+durations, memory, CPUs and GPUs (``units``), and values for fields the file
+has no column for (``constants``).
+
+==========================  ==========================================
+field                       meaning
+==========================  ==========================================
+``id``                      job id (no column: the row's position)
+``submit_time``             when the job arrived (required)
+``duration_s``              actual runtime, else ``end_time - start_time``
+``start_time``, ``end_time`` when it ran, read only without ``duration_s``
+``gpus``                    whole GPUs per task (default 0)
+``gpu_milli``               a fraction of one shared GPU, 1..999
+``cpu_milli``               milli-CPU per task (default 0)
+``memory_mib``              memory per task in MiB (default 0)
+``nodes``                   tasks of a gang, one per node (default 1)
+``user``, ``account``,      names (default empty)
 ``qos``, ``partition``
-``time_limit_s``                      requested limit in seconds (empty: none)
-``mig_profile``                       a MIG profile such as ``1g.10gb``
-``mig_count``                         MIG instances (default 1 with a profile)
-``gpu_models``                        allowed GPU models, ``|``-separated
-``preemptible``                       true/false, yes/no or 1/0 (default false)
-``priority_class``                    high, normal or low (default normal)
-``checkpoint_interval_s``             seconds between checkpoints (empty: none)
-==========================  ========  ==========================================
+``time_limit_s``            requested limit (empty: none)
+``mig_profile``             a MIG profile such as ``1g.10gb``
+``mig_count``               MIG instances (default 1 with a profile)
+``gpu_models``              allowed GPU models, ``|``-separated
+``preemptible``             true/false, yes/no or 1/0 (default false)
+``priority_class``          high, normal or low (default normal)
+``checkpoint_interval_s``   seconds between checkpoints (empty: none)
+==========================  ==========================================
 
-Times may have decimals and are rounded to whole seconds; an empty cell
-takes the default. A column not listed here is an error, since it is most
-likely a misspelt one. A job must ask for something: GPUs, a MIG profile or
-CPUs. A ``.parquet`` file holds the same columns; reading it needs pyarrow,
-which gpufleet does not install, and its rows count from 1 without a header.
+A column no field takes is kept in the job's ``labels``. One that looks like
+a misspelt field the file does not otherwise give (``gpu`` for ``gpus``) is
+refused, since its values would be lost. Every problem of the file is
+reported at once (``TraceProblems``), each naming the file, row and column.
+A ``.parquet`` file holds the same columns; reading it needs pyarrow, which
+gpufleet does not install, and its rows count from 1 without a header.
 """
 
 from __future__ import annotations
 
+import csv
+import difflib
 import importlib
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.mig import PROFILES
-from gpufleet.core.model import Request
-from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.fields import count, located, seconds, table_rows
-from gpufleet.sim.traces.record import TraceJob, by_submit
+from gpufleet.core.model import MILLI, InvalidSpec, Request
+from gpufleet.sim.openb import TraceError, open_text
+from gpufleet.sim.traces.fields import TraceProblems, count, seconds
+from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
 
-REQUIRED = ("id", "submit_time", "duration_s")
-OPTIONAL = (
+TIMES = ("submit_time", "start_time", "end_time")
+FIELDS = (
+    "id",
+    "submit_time",
+    "duration_s",
+    "start_time",
+    "end_time",
     "gpus",
     "gpu_milli",
     "cpu_milli",
@@ -62,30 +83,129 @@ OPTIONAL = (
     "priority_class",
     "checkpoint_interval_s",
 )
+DURATION_UNITS = {"s": 1.0, "ms": 0.001, "min": 60.0, "h": 3600.0, "d": 86400.0}
+MEMORY_UNITS = {  # in MiB
+    "B": 1 / 2**20,
+    "KB": 1e3 / 2**20,
+    "KiB": 1 / 2**10,
+    "MB": 1e6 / 2**20,
+    "MiB": 1.0,
+    "GB": 1e9 / 2**20,
+    "GiB": 2.0**10,
+    "TB": 1e12 / 2**20,
+    "TiB": 2.0**20,
+}
+CPU_UNITS = {"milli": 1.0, "cores": 1000.0, "percent": 10.0}
+GPU_UNITS = ("count", "percent")
+UNITS: dict[str, tuple[str, ...]] = {
+    "duration_s": tuple(DURATION_UNITS),
+    "time_limit_s": tuple(DURATION_UNITS),
+    "checkpoint_interval_s": tuple(DURATION_UNITS),
+    "memory_mib": tuple(MEMORY_UNITS),
+    "cpu_milli": tuple(CPU_UNITS),
+    "gpus": GPU_UNITS,
+}
+"""Fields that take a unit, and the units each accepts."""
+
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _MIG_PROFILES = frozenset(name for table in PROFILES.values() for name in table)
+_LOOKALIKE = 0.8  # difflib ratio above which a column reads as a misspelt field
 
 
-def load_generic(path: Path) -> list[TraceJob]:
+class GenericOptions(BaseModel):
+    """How a table's columns map onto a job (``docs/traces.md``, "Generic CSV")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    columns: dict[str, str] = {}
+    """field -> the file's column holding it; unmapped fields use their own name."""
+    time: Literal["s", "ms", "iso"] = "s"
+    """how submit, start and end times are written: seconds, milliseconds or ISO 8601."""
+    timezone: str = "UTC"
+    """zone of ISO times written without an offset."""
+    origin: Literal["first"] | float | None = None
+    """seconds subtracted from every time; ``first``: the earliest submit time.
+    None: 0 for numbers, ``first`` for ISO times."""
+    units: dict[str, str] = {}
+    """field -> unit (``UNITS``); default seconds, MiB, milli-CPU and a GPU count."""
+    constants: dict[str, str | int | float | bool] = {}
+    """field -> the value every job takes, for a field the file has no column for."""
+    gpus_per_node: int | None = Field(None, gt=0)
+    """with it, a job wider than a node becomes a gang of whole nodes."""
+
+    @field_validator("columns", "constants")
+    @classmethod
+    def _known_fields(cls, value: dict[str, object]) -> dict[str, object]:
+        for name in value:
+            if name not in FIELDS:
+                raise ValueError(f"{name}: not a field (known: {', '.join(FIELDS)})")
+        return value
+
+    @field_validator("units")
+    @classmethod
+    def _known_units(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, unit in value.items():
+            if name not in UNITS:
+                raise ValueError(f"{name}: takes no unit (fields with units: {', '.join(UNITS)})")
+            if unit not in UNITS[name]:
+                raise ValueError(f"{name}: unknown unit {unit!r} (known: {', '.join(UNITS[name])})")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Asia/Shanghai)") from None
+        return value
+
+    def column(self, field: str) -> str:
+        return self.columns.get(field, field)
+
+
+def load_generic(path: Path, options: GenericOptions | None = None) -> list[TraceJob]:
     """Jobs of a generic CSV or Parquet trace, by submit time.
 
-    TraceError names the row and column of a malformed value.
+    Raises TraceProblems (a TraceError) listing every malformed value, each
+    with its row and column.
     """
-    rows = _parquet_rows(path) if path.suffix == ".parquet" else _csv_rows(path)
-    jobs = [_job(path, line, row) for line, row in rows]
-    if not jobs:
+    options = options or GenericOptions()
+    header, rows, problems = _parquet_table(path) if path.suffix == ".parquet" else _csv_table(path)
+    reader = _Reader(path, options, header)
+    reader.check_header()
+    for error in problems:
+        reader.problems.add(error)
+    parsed = [job for job in (reader.row(n, line, row) for n, line, row in rows) if job]
+    reader.raise_problems()
+    if not parsed:
         raise TraceError(path, None, None, "holds no jobs")
+    jobs = reader.finish(parsed)
+    reader.raise_problems()
     return by_submit(jobs)
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    for index, (line, row) in enumerate(table_rows(path, REQUIRED)):
-        if index == 0:
-            _check_columns(path, 1, row)
-        yield line, row
+Table = tuple[list[str], list[tuple[int, int, dict[str, str]]], list[TraceError]]
+"""(header, [(job number, row, cells)], rows of the wrong shape)."""
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+def _csv_table(path: Path) -> Table:
+    rows: list[tuple[int, int, dict[str, str]]] = []
+    problems: list[TraceError] = []
+    with open_text(path) as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        for row in reader:
+            if None in row or any(v is None for v in row.values()):
+                reason = f"expected {len(header)} fields"
+                problems.append(TraceError(path, reader.line_num, None, reason))
+            else:
+                cells = {k: v.strip() for k, v in row.items()}
+                rows.append((len(rows) + len(problems) + 1, reader.line_num, cells))
+    return header, rows, problems
+
+
+def _parquet_table(path: Path) -> Table:
     try:
         parquet = importlib.import_module("pyarrow.parquet")
     except ImportError:
@@ -93,70 +213,265 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             path, None, None, "reading Parquet needs pyarrow (pip install pyarrow), or use CSV"
         ) from None
     try:
-        records = parquet.read_table(path).to_pylist()
+        table = parquet.read_table(path)
     except (OSError, ValueError) as e:
         raise TraceError(path, None, None, f"not a readable Parquet file: {e}") from None
-    for number, record in enumerate(records, start=1):
-        row = {k: "" if v is None else str(v) for k, v in record.items()}
-        if number == 1:
-            missing = [c for c in REQUIRED if c not in row]
-            if missing:
-                raise TraceError(path, None, missing[0], "column missing")
-            _check_columns(path, None, row)
-        yield number, row
+    rows = [
+        (n, n, {k: "" if v is None else str(v) for k, v in record.items()})
+        for n, record in enumerate(table.to_pylist(), start=1)
+    ]
+    return list(table.column_names), rows, []
 
 
-def _check_columns(path: Path, header_row: int | None, row: Mapping[str, str]) -> None:
-    known = (*REQUIRED, *OPTIONAL)
-    unknown = [c for c in row if c not in known]
-    if unknown:
-        raise TraceError(
-            path, header_row, unknown[0], f"unknown column (known: {', '.join(known)})"
-        )
+@dataclass
+class _Parsed:
+    """A row read but not yet placed in time: times wait for the file's origin."""
+
+    line: int
+    submit: float
+    job: TraceJob
 
 
-def _job(path: Path, line: int, row: Mapping[str, str]) -> TraceJob:
-    def cell(name: str) -> str:
-        return row.get(name, "").strip()
+class _Reader:
+    """Reads rows under one mapping, keeping every problem instead of stopping at one."""
 
-    def number(name: str, default: int) -> int:
-        return count(path, line, name, cell(name)) if cell(name) else default
+    def __init__(self, path: Path, options: GenericOptions, header: list[str]) -> None:
+        self.path = path
+        self.options = options
+        self.header = header
+        self.problems = TraceProblems(path)
+        self.zone = ZoneInfo(options.timezone)
+        self.given = {f for f in FIELDS if f in options.constants or options.column(f) in header}
+        used = {options.column(f) for f in self.given if f not in options.constants}
+        self.labels = [c for c in header if c not in used]
 
-    def optional_seconds(name: str) -> int | None:
-        return seconds(path, line, name, cell(name), minimum=1) if cell(name) else None
+    def check_header(self) -> None:
+        """Note every problem of the header and the mapping; raise them, as no row can load."""
+        o = self.options
+        header_row = None if self.path.suffix == ".parquet" else 1
 
-    profile = cell("mig_profile")
-    if profile and profile not in _MIG_PROFILES:
-        known = ", ".join(sorted(_MIG_PROFILES))
-        raise TraceError(path, line, "mig_profile", f"unknown profile {profile!r} (known: {known})")
-    models = frozenset(filter(None, (m.strip() for m in cell("gpu_models").split("|"))))
-    preemptible = _BOOLEANS.get(cell("preemptible").lower() or "false")
-    if preemptible is None:
-        raise TraceError(path, line, "preemptible", f"{cell('preemptible')!r} is not true/false")
-    with located(path, line, {"request": "gpus"}):
-        for model in models:
-            gpu_memory_mib(model, "gpu_models")
-        request = Request(
-            gpus=number("gpus", 0),
-            gpu_milli=number("gpu_milli", 0),
-            cpu_milli=number("cpu_milli", 0),
-            memory_mib=number("memory_mib", 0),
-            nodes=number("nodes", 1),
-            mig_profile=profile,
-            mig_count=number("mig_count", 1 if profile else 0),
-            gpu_models=models,
-        )
-        return TraceJob(
-            id=cell("id"),
-            submit_time=seconds(path, line, "submit_time", cell("submit_time")),
-            duration_s=seconds(path, line, "duration_s", cell("duration_s")),
-            request=request,
-            user=cell("user"),
-            account=cell("account"),
-            qos=cell("qos"),
-            partition=cell("partition"),
-            time_limit_s=optional_seconds("time_limit_s"),
-            preemptible=preemptible,
-            priority_class=cell("priority_class") or "normal",
-            checkpoint_interval_s=optional_seconds("checkpoint_interval_s"),
-        )
+        def problem(column: str, reason: str) -> None:
+            self.problems.add(TraceError(self.path, header_row, column, reason))
+
+        for field, column in o.columns.items():
+            if column not in self.header and field not in o.constants:
+                problem(column, f"column missing (mapped to {field})")
+        for field in o.constants:
+            if o.column(field) in self.header:
+                problem(o.column(field), f"a column, yet constants.{field} gives {field} too")
+        if "submit_time" not in self.given:
+            problem(o.column("submit_time"), "column missing" + self._hint("submit_time"))
+        if "duration_s" not in self.given and not {"start_time", "end_time"} <= self.given:
+            problem(
+                o.column("duration_s"),
+                "column missing (or give start_time and end_time)" + self._hint("duration_s"),
+            )
+        missing = [f for f in FIELDS if f not in self.given]
+        for column in self.labels:
+            close = difflib.get_close_matches(column.lower(), missing, 1, _LOOKALIKE)
+            if close:
+                field = close[0]
+                problem(
+                    column,
+                    f"looks like a misspelt {field}: map it (columns.{field}={column}) "
+                    f"or set constants.{field}",
+                )
+        self.raise_problems()
+
+    def _hint(self, field: str) -> str:
+        """``; map one with columns.FIELD=COLUMN`` for the column most like ``field``."""
+        lowered = {c.lower(): c for c in self.labels}
+        close = difflib.get_close_matches(field, list(lowered), 1, 0.6)
+        return f"; map one with columns.{field}={lowered[close[0]]}" if close else ""
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            raise self.problems
+
+    def row(self, number: int, line: int, cells: Mapping[str, str]) -> _Parsed | None:
+        """The row's job at submit time 0 (``finish`` places it), or None after noting problems."""
+        before = len(self.problems)
+        r = _Row(self, line, cells)
+        if not r.text("submit_time"):
+            r.fail("submit_time", "empty: every job needs a submit time")
+        submit = r.instant("submit_time")
+        if "duration_s" in self.given:
+            duration = r.seconds("duration_s", minimum=0)
+        else:
+            start, end = r.instant("start_time"), r.instant("end_time")
+            duration = None if start is None or end is None else round(max(0.0, end - start))
+            if duration is None and not r.text("start_time") + r.text("end_time"):
+                r.fail("duration_s", "no duration: start_time and end_time are empty")
+        gpus, gpu_milli = r.gpus()
+        profile = r.text("mig_profile")
+        if profile and profile not in _MIG_PROFILES:
+            known = ", ".join(sorted(_MIG_PROFILES))
+            r.fail("mig_profile", f"unknown profile {profile!r} (known: {known})")
+        models = frozenset(filter(None, (m.strip() for m in r.text("gpu_models").split("|"))))
+        preemptible = _BOOLEANS.get(r.text("preemptible").lower() or "false")
+        if preemptible is None:
+            r.fail("preemptible", f"{r.text('preemptible')!r} is not true/false")
+        cpu_milli = r.scaled("cpu_milli", CPU_UNITS, round)
+        memory_mib = r.scaled("memory_mib", MEMORY_UNITS, math.ceil)
+        nodes = r.count("nodes", 1)
+        mig_count = r.count("mig_count", 1 if profile else 0)
+        time_limit = r.seconds("time_limit_s", minimum=1)
+        checkpoint = r.seconds("checkpoint_interval_s", minimum=1)
+        gpu_milli = r.count("gpu_milli", gpu_milli)
+        if len(self.problems) > before or submit is None or duration is None:
+            return None
+        labels = {c: cells[c] for c in self.labels if cells.get(c)}
+        try:
+            for model in models:
+                gpu_memory_mib(model, "gpu_models")
+            per_node = self.options.gpus_per_node
+            if per_node and nodes == 1 and gpus > per_node:
+                gang = whole_gpus(gpus, per_node)
+                gpus, nodes = gang.gpus, gang.nodes
+            request = Request(
+                gpus=gpus,
+                gpu_milli=gpu_milli,
+                cpu_milli=cpu_milli,
+                memory_mib=memory_mib,
+                nodes=nodes,
+                mig_profile=profile,
+                mig_count=mig_count,
+                gpu_models=models,
+            )
+            job = TraceJob(
+                id=r.text("id") if "id" in self.given else str(number),
+                submit_time=0,
+                duration_s=duration,
+                request=request,
+                user=r.text("user"),
+                account=r.text("account"),
+                qos=r.text("qos"),
+                partition=r.text("partition"),
+                time_limit_s=time_limit,
+                preemptible=bool(preemptible),
+                priority_class=r.text("priority_class") or "normal",
+                checkpoint_interval_s=checkpoint,
+                labels=labels,
+            )
+        except InvalidSpec as e:
+            field = {"request": "gpus"}.get(e.field, e.field.removeprefix("request."))
+            r.fail(field, e.reason)
+            return None
+        return _Parsed(line, submit, job)
+
+    def finish(self, parsed: list[_Parsed]) -> list[TraceJob]:
+        """The jobs with submit times counted from the origin."""
+        o = self.options
+        origin = o.origin if o.origin is not None else "first" if o.time == "iso" else 0.0
+        zero = min(p.submit for p in parsed) if origin == "first" else float(origin)
+        jobs = []
+        for p in parsed:
+            submit = round(p.submit - zero)
+            if submit < 0:
+                reason = f"before the origin ({zero:g} s), by {-submit} s"
+                self.problems.add(TraceError(self.path, p.line, o.column("submit_time"), reason))
+            else:
+                jobs.append(replace(p.job, submit_time=submit))
+        return jobs
+
+
+class _Row:
+    """One row's cells under the mapping; a bad value is noted and reads as None."""
+
+    def __init__(self, reader: _Reader, line: int, cells: Mapping[str, str]) -> None:
+        self.reader = reader
+        self.options = reader.options
+        self.line = line
+        self.cells = cells
+
+    def text(self, field: str) -> str:
+        constants = self.options.constants
+        if field in constants:
+            value = constants[field]
+            return str(value).lower() if isinstance(value, bool) else str(value)
+        return self.cells.get(self.options.column(field), "").strip()
+
+    def fail(self, field: str, reason: str) -> None:
+        column = self.options.column(field)
+        self.reader.problems.add(TraceError(self.reader.path, self.line, column, reason))
+
+    def count(self, field: str, default: int) -> int:
+        value = self.text(field)
+        if not value:
+            return default
+        try:
+            return count(self.reader.path, self.line, self.options.column(field), value)
+        except TraceError as e:
+            self.reader.problems.add(e)
+            return default
+
+    def number(self, field: str) -> float | None:
+        """A finite number of zero or more, or None (empty, or noted as a problem)."""
+        value = self.text(field)
+        if not value:
+            return None
+        try:
+            result = float(value)
+        except ValueError:
+            self.fail(field, f"{value!r} is not a number")
+            return None
+        if not math.isfinite(result) or result < 0:
+            self.fail(field, f"must be a finite number of 0 or more, got {value}")
+            return None
+        return result
+
+    def scaled(self, field: str, units: Mapping[str, float], to_int: Callable[[float], int]) -> int:
+        """A count in the field's own unit: as written, or converted from ``units``."""
+        unit = self.options.units.get(field)
+        if unit is None:
+            return self.count(field, 0)
+        value = self.number(field)
+        return 0 if value is None else to_int(value * units[unit])
+
+    def seconds(self, field: str, *, minimum: int) -> int | None:
+        unit = self.options.units.get(field, "s")
+        value = self.text(field)
+        if not value:
+            return None
+        if unit == "s":
+            try:
+                column = self.options.column(field)
+                return seconds(self.reader.path, self.line, column, value, minimum=minimum)
+            except TraceError as e:
+                self.reader.problems.add(e)
+                return None
+        amount = self.number(field)
+        if amount is None:
+            return None
+        result = round(amount * DURATION_UNITS[unit])
+        if result < minimum:
+            self.fail(field, f"must be {minimum} s or more, got {value} {unit}")
+            return None
+        return result
+
+    def gpus(self) -> tuple[int, int]:
+        """(whole GPUs, milli of one shared GPU) the row asks for."""
+        if self.options.units.get("gpus") != "percent":
+            return self.count("gpus", 0), 0
+        value = self.number("gpus") or 0.0
+        if value >= 100:
+            return math.ceil(value / 100), 0
+        return 0, round(value * MILLI / 100)
+
+    def instant(self, field: str) -> float | None:
+        """A time as seconds since the epoch (numbers: as written), or None."""
+        value = self.text(field)
+        if not value:
+            return None
+        time = self.options.time
+        if time == "iso":
+            try:
+                moment = datetime.fromisoformat(value)
+            except ValueError:
+                self.fail(field, f"{value!r} is not an ISO 8601 time (e.g. 2020-05-01 08:30:00)")
+                return None
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=self.reader.zone)
+            return moment.timestamp()
+        number = self.number(field)
+        return None if number is None else number / 1000 if time == "ms" else number

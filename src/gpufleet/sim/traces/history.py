@@ -7,7 +7,7 @@ with the ``Request`` fields (``gpu_models`` as a list)::
      "request": {"gpus": 4, "cpu_milli": 8000, "memory_mib": 65536, "nodes": 1},
      "user": "ana", "account": "vision", "qos": "normal", "partition": "gpu",
      "time_limit_s": 7200, "preemptible": false, "priority_class": "normal",
-     "checkpoint_interval_s": null}
+     "checkpoint_interval_s": null, "labels": {"vc": "6c71a0"}}
 
 ``dump_history`` writes every field; a reader accepts any omitted optional
 field as its default. Unknown keys are errors, so a misspelt field is never
@@ -41,6 +41,7 @@ _JOB_TYPES: dict[str, tuple[type, ...]] = {
     "preemptible": (bool,),
     "priority_class": (str,),
     "checkpoint_interval_s": (int, _NULL),
+    "labels": (dict,),
 }
 _REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     f.name: (str,) if f.name == "mig_profile" else (list,) if f.name == "gpu_models" else (int,)
@@ -90,6 +91,9 @@ def _job(path: Path, line: int, text: str) -> TraceJob:
         raise TraceError(path, line, "request", "must be a JSON object")
     _check_keys(path, line, raw, _REQUEST_TYPES, "request.")
     spec = {k: _typed(path, line, f"request.{k}", v, _REQUEST_TYPES[k]) for k, v in raw.items()}
+    labels = values.get("labels", {})
+    if not all(isinstance(v, str) for v in labels.values()):
+        raise TraceError(path, line, "labels", "must map names to strings")
     if "gpu_models" in spec:
         spec["gpu_models"] = frozenset(spec["gpu_models"])
     with located(path, line, _NESTED):

@@ -7,7 +7,8 @@ own job type. Times are whole seconds from the trace's origin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpufleet.core.model import InvalidSpec, Request
 
@@ -23,7 +24,9 @@ class TraceJob:
     charges), ``time_limit_s`` the limit the user asked for (None: no
     limit). ``request`` is one task's share; a gang over ``request.nodes``
     nodes needs it on each. ``checkpoint_interval_s`` (None: never) bounds
-    the work lost when the job is preempted or its node fails.
+    the work lost when the job is preempted or its node fails. ``labels``
+    keeps what else the trace says about the job (a column no field takes,
+    a GPU type), for reports and for policies that read it.
     """
 
     id: str
@@ -38,6 +41,7 @@ class TraceJob:
     preemptible: bool = False
     priority_class: str = "normal"
     checkpoint_interval_s: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -4,13 +4,15 @@ Columns: ``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``.
 Only ``job_id``, ``num_gpu``, ``submit_time`` and ``duration`` (seconds) are
 required and used; ``iterations``, ``model_name`` and ``interval`` (the gap to
 the previous arrival) describe the synthetic training job and carry no
-scheduling information. A job wider than ``gpus_per_node`` (8 by default)
-becomes a gang of whole nodes (``whole_gpus``).
+scheduling information. A job wider than ``gpus_per_node`` (8 by default;
+Tiresias' own testbed had 4) becomes a gang of whole nodes (``whole_gpus``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.fields import count, located, seconds, table_rows
@@ -19,8 +21,17 @@ from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
 COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
 
 
-def load_tiresias(path: Path, gpus_per_node: int = 8) -> list[TraceJob]:
+class TiresiasOptions(BaseModel):
+    """How a Tiresias job list meets the cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpus_per_node: int = Field(8, gt=0, description="GPUs of one node, for gang sizes")
+
+
+def load_tiresias(path: Path, options: TiresiasOptions | None = None) -> list[TraceJob]:
     """Jobs of a Tiresias CSV, by submit time. TraceError names the row and column."""
+    gpus_per_node = (options or TiresiasOptions()).gpus_per_node
     jobs = []
     for line, row in table_rows(path, COLUMNS):
         gpus = count(path, line, "num_gpu", row["num_gpu"], minimum=1)
