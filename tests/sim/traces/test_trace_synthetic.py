@@ -124,13 +124,40 @@ def test_options_text() -> None:
             "duration_median_s, duration_sigma, size_duration_exponent, min_duration_s, "
             "max_duration_s, users, accounts, user_skew, priority_mix, limit_overestimate, "
             "checkpoint_interval_s, checkpoint_share, cpu_milli_per_gpu, memory_mib_per_gpu, "
-            "partition)",
+            "partition, mig_share, mig_profile)",
         ),
         ("n_jobs=5,seed=1,gpus_total=8,load", "synthetic: load: expected key=value"),
         ("n_jobs=0,seed=1,gpus_total=8", "synthetic: n_jobs: must be more than zero, got 0"),
+        (
+            "n_jobs=5,seed=1,gpus_total=8,mig_share=0.5",
+            "synthetic: mig_profile: required when mig_share is above 0",
+        ),
+        (
+            "n_jobs=5,seed=1,gpus_total=8,mig_share=0.5,mig_profile=1g.10gb|2g.5gb",
+            "synthetic: mig_profile: unknown profile '2g.5gb' (known: 1g.10gb, 1g.18gb, "
+            "1g.20gb, 1g.35gb, 1g.5gb, 2g.10gb, 2g.20gb, 2g.35gb, 3g.20gb, 3g.40gb, 3g.71gb, "
+            "4g.20gb, 4g.40gb, 4g.71gb, 7g.141gb, 7g.40gb, 7g.80gb)",
+        ),
     ],
 )
 def test_options_text_errors(text: str, message: str) -> None:
     with pytest.raises(TraceError) as err:
         generate_from_options(text)
     assert str(err.value) == message
+
+
+def test_mig_share_emits_mig_requests_and_leaves_other_jobs_alone() -> None:
+    text = "n_jobs=4000,seed=3,gpus_total=64,mig_share=0.25,mig_profile=1g.10gb|3g.40gb"
+    jobs = generate_from_options(text)
+    kinds = Counter(j.request.mig_profile for j in jobs)
+    assert set(kinds) == {"", "1g.10gb", "3g.40gb"}
+    assert 0.22 < (kinds["1g.10gb"] + kinds["3g.40gb"]) / len(jobs) < 0.28
+    assert 0.8 < kinds["1g.10gb"] / kinds["3g.40gb"] < 1.25  # drawn equally often
+    three = next(j.request for j in jobs if j.request.mig_profile == "3g.40gb")
+    # One instance, with 3/7 of a GPU's CPU and memory, and nothing else.
+    assert (three.mig_count, three.gpus, three.gpu_milli) == (1, 0, 0)
+    assert (three.cpu_milli, three.memory_mib) == (8000 * 3 // 7, 64 * 1024 * 3 // 7)
+    # Without mig_share the same seed draws the same jobs as before the option existed.
+    assert generate_from_options("n_jobs=50,seed=3,gpus_total=64,mig_profile=1g.10gb") == (
+        generate(50, seed=3, gpus_total=64)
+    )

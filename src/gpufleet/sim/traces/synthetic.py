@@ -24,6 +24,11 @@ once with numpy (100,000 jobs take well under a second to draw):
   1 to ``limit_overestimate`` times and rounds up to an hour, and a
   checkpoint every ``checkpoint_interval_s`` for ``checkpoint_share`` of
   the jobs that run longer than that.
+* **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
+  profile drawn equally often from ``mig_profile`` (``|``-separated, such as
+  ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
+  as the profile's share of the 7 compute slices, with CPU and memory in
+  that proportion.
 
 The same arguments and seed always give the same jobs.
 """
@@ -34,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufleet.core.mig import COMPUTE_SLICES, PROFILES
 from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.policies.validation import key_path, message
 from gpufleet.sim.openb import TraceError
@@ -83,9 +89,23 @@ class WorkloadShape(BaseModel):
     cpu_milli_per_gpu: int = Field(8000, ge=0)
     memory_mib_per_gpu: int = Field(64 * 1024, ge=0)
     partition: str = "gpu"
+    mig_share: float = Field(0.0, ge=0, le=1)
+    mig_profile: str = ""
+
+    @property
+    def mig_profiles(self) -> list[str]:
+        return [p.strip() for p in self.mig_profile.split("|") if p.strip()]
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadShape:
+        profiles = sorted({p for table in PROFILES.values() for p in table})
+        for name in self.mig_profiles:
+            if name not in profiles:
+                raise ValueError(
+                    f"mig_profile: unknown profile {name!r} (known: {', '.join(profiles)})"
+                )
+        if self.mig_share and not self.mig_profiles:
+            raise ValueError("mig_profile: required when mig_share is above 0")
         for size, weight in self.size_mix.items():
             fraction = 0 < size < 1 and 0 < round(size * MILLI) < MILLI
             whole = size >= 1 and size == int(size)
@@ -130,6 +150,13 @@ def generate(
     sizes = np.array(list(mix), dtype=np.float64)
     size_index = rng.choice(len(sizes), size=n_jobs, p=_normalised(list(mix.values())))
     gpus = sizes[size_index]
+    mig_names = shape.mig_profiles
+    mig_pick = np.full(n_jobs, -1, dtype=np.int64)
+    if shape.mig_share:  # drawn only then, so the other jobs stay as they were
+        chosen = rng.random(n_jobs) < shape.mig_share
+        mig_pick = np.where(chosen, rng.integers(len(mig_names), size=n_jobs), -1)
+        slices = np.array([_slices(p) for p in mig_names], dtype=np.float64) / COMPUTE_SLICES
+        gpus = np.where(chosen, slices[np.maximum(mig_pick, 0)], gpus)
 
     median = shape.duration_median_s * np.maximum(gpus, 1.0) ** shape.size_duration_exponent
     raw = median * np.exp(shape.duration_sigma * rng.standard_normal(n_jobs))
@@ -156,6 +183,7 @@ def generate(
 
     # Python values and names built once: indexing numpy per job costs more than the draws.
     requests = [_request(size, shape) for size in mix]
+    mig_requests = [_mig_request(name, shape) for name in mig_names]
     user_names = [f"user{u:0{len(str(shape.users - 1))}d}" for u in range(shape.users)]
     account_names = [f"acct{a:0{len(str(shape.accounts - 1))}d}" for a in range(shape.accounts)]
     id_width = len(str(n_jobs - 1))
@@ -164,6 +192,7 @@ def generate(
         submits.tolist(),
         durations.tolist(),
         size_index.tolist(),
+        mig_pick.tolist(),
         users.tolist(),
         priority.tolist(),
         limits.tolist(),
@@ -175,7 +204,7 @@ def generate(
             id=f"syn{i:0{id_width}d}",
             submit_time=submit,
             duration_s=duration,
-            request=requests[size],
+            request=mig_requests[mig] if mig >= 0 else requests[size],
             user=user_names[user],
             account=account_names[account_of_user[user]],
             qos=classes[cls],
@@ -185,7 +214,7 @@ def generate(
             priority_class=classes[cls],
             checkpoint_interval_s=checkpoint if checkpointed else None,
         )
-        for i, (submit, duration, size, user, cls, limit, checkpointed) in enumerate(rows)
+        for i, (submit, duration, size, mig, user, cls, limit, checkpointed) in enumerate(rows)
     ]
 
 
@@ -241,6 +270,22 @@ def _request(size: float, shape: WorkloadShape) -> Request:
         shape.gpus_per_node,
         cpu_milli=shape.cpu_milli_per_gpu * per_task,
         memory_mib=shape.memory_mib_per_gpu * per_task,
+    )
+
+
+def _slices(profile: str) -> int:
+    """Compute slices of a MIG profile name such as ``3g.40gb``."""
+    return int(profile.split("g.", 1)[0])
+
+
+def _mig_request(profile: str, shape: WorkloadShape) -> Request:
+    """One instance of ``profile``, with CPU and memory for its share of a GPU."""
+    slices = _slices(profile)
+    return Request(
+        mig_profile=profile,
+        mig_count=1,
+        cpu_milli=shape.cpu_milli_per_gpu * slices // COMPUTE_SLICES,
+        memory_mib=shape.memory_mib_per_gpu * slices // COMPUTE_SLICES,
     )
 
 
