@@ -13,7 +13,8 @@ over the events and the GPU grid, whatever the number of running jobs.
 Nodes may also be *blocked*: a planned start, an exclusive job or an advance
 reservation keeps a node over a span [from, until); a node keeps each span
 apart. A job of length L may use a blocked node at time t only if [t, t + L)
-overlaps none of its spans, so it can never delay what holds the node.
+overlaps none of its spans, so it can never delay what holds the node. A
+multi-node start is checked over its whole window on every node it takes.
 """
 
 from __future__ import annotations
@@ -238,14 +239,26 @@ class Timeline:
         t = np.maximum(self.node_times(r), max(self.now, not_before))
         if whole_nodes:
             t = np.maximum(t, self._events().node_idle())
-        t = np.where(nodes & (t < NEVER), blocks.shift(t, length), NEVER)
+        t = np.where(nodes, t, NEVER)
         k = r.nodes
-        if int((t < NEVER).sum()) < k:
-            return None
-        chosen = np.argsort(t, kind="stable")[:k]
-        start = int(t[chosen].max())
-        if start > horizon:
-            return None
+        first = blocks.shift(t, length)
+        ready = t
+        # A node free early may be held later, across the start the slowest
+        # node sets: re-check every node over the final window, and push the
+        # start on until k nodes are free and unheld all through it.
+        while True:
+            shifted = blocks.shift(ready, length)
+            if int((shifted < NEVER).sum()) < k:
+                return None
+            start = int(np.partition(shifted, k - 1)[k - 1])
+            if start > horizon:
+                return None
+            ok = (t <= start) & blocks.usable(start, length)
+            if int(ok.sum()) >= k:
+                break
+            ready = np.maximum(t, start)
+        candidates = np.flatnonzero(ok)
+        chosen = candidates[np.argsort(first[candidates], kind="stable")[:k]]
         return PlannedStart(start, np.sort(chosen))
 
 
