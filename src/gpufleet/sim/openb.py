@@ -6,6 +6,12 @@ pod_phase,creation_time,deletion_time,scheduled_time``. ``gpu_milli`` < 1000
 with ``num_gpu`` = 1 is a fraction of one shared GPU; ``gpu_spec`` lists the
 allowed GPU models separated by ``|`` (empty: any). Times are in seconds.
 
+The first five pod columns say what a pod asks for and are required. The
+published format treats the others as optional, so a missing one takes its
+default: ``gpu_spec`` any model, ``qos`` none, ``creation_time`` and
+``deletion_time`` 0 (the timed replay, ``traces.openb_timed``, requires
+them); ``pod_phase`` and ``scheduled_time`` are not read.
+
 Every malformed row raises ``TraceError`` naming the file, the row (1-based,
 counting the header as row 1) and the column.
 """
@@ -24,7 +30,8 @@ from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.model import GPU, MILLI, InvalidSpec, Node, Request
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+"""The pod list's required columns (the module docstring lists the optional ones)."""
 
 
 class TraceError(ValueError):
@@ -70,7 +77,7 @@ def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str,
         if missing:
             raise TraceError(path, 1, missing[0], "column missing from the header")
         for row in reader:
-            if None in row or any(row[c] is None for c in columns):
+            if None in row or any(v is None for v in row.values()):
                 raise TraceError(path, reader.line_num, None, "wrong number of fields")
             yield reader.line_num, row
 
@@ -120,7 +127,7 @@ def load_pods(path: Path | str) -> list[TracePod]:
     for line, row in _rows(path, POD_COLUMNS):
         num_gpu = _int(path, line, row, "num_gpu")
         milli = _int(path, line, row, "gpu_milli")
-        spec = frozenset(filter(None, (m.strip() for m in row["gpu_spec"].split("|"))))
+        spec = frozenset(filter(None, (m.strip() for m in row.get("gpu_spec", "").split("|"))))
         for model in spec:
             try:
                 gpu_memory_mib(model, "gpu_spec")
