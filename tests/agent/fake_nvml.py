@@ -32,9 +32,8 @@ class FakeGpu:
     lost: bool = False
     mig: list[str] | None = None  # MIG instance UUIDs when MIG is on
     mig_profiles: list[str] = field(default_factory=list)
-    nvlink_peers: list[int] = field(default_factory=list)
+    nvlink_peers: list[int] = field(default_factory=list)  # per link, the far GPU; -1: a switch
     numa: int = 0
-    bus_id: str = ""
 
 
 class FakeNvml:
@@ -96,10 +95,14 @@ class FakeNvml:
         return i
 
     # -- identity and readings
-    def nvmlDeviceGetUUID(self, h: int) -> str:
+    def nvmlDeviceGetUUID(self, h: int | tuple[int, int]) -> str:
+        if isinstance(h, tuple):  # a MIG instance
+            return (self.gpus[h[0]].mig or [])[h[1]]
         return self.gpus[h].uuid
 
-    def nvmlDeviceGetName(self, h: int) -> str:
+    def nvmlDeviceGetName(self, h: int | tuple[int, int]) -> str:
+        if isinstance(h, tuple):
+            return f"{self.gpus[h[0]].name} MIG {self.gpus[h[0]].mig_profiles[h[1]]}"
         return self.gpus[h].name
 
     def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
@@ -170,11 +173,15 @@ class FakeNvml:
         return pynvml.NVML_FEATURE_ENABLED
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> Any:
-        peer = self.gpus[h].nvlink_peers[link]
-        return SimpleNamespace(busId=self.gpus[peer].bus_id or f"0000:{peer:02x}:00.0")
+        peer = self.gpus[h].nvlink_peers[link]  # -1: an NVSwitch
+        return SimpleNamespace(busId=_bus(peer) if peer >= 0 else "00000000:C0:00.0")
 
     def nvmlDeviceGetPciInfo(self, h: int) -> Any:
-        return SimpleNamespace(busId=self.gpus[h].bus_id or f"0000:{h:02x}:00.0")
+        return SimpleNamespace(busId=_bus(h))
 
     def nvmlDeviceGetNumaNodeId(self, h: int) -> int:
         return self.gpus[h].numa
+
+
+def _bus(index: int) -> str:
+    return f"00000000:{0x10 + index:02X}:00.0"

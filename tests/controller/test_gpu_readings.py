@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.harness import ADMIN, Cluster
-from gpufleet.api.agent_schemas import AgentSync, GpuReading
+from controller.harness import ADMIN, Cluster, inventory
+from gpufleet.api.agent_schemas import AgentRegister, AgentSync, GpuReading
 from store.databases import Database
 
 
@@ -35,3 +35,15 @@ def test_latest_readings_per_node(cluster: Cluster) -> None:
     cluster.ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync(gpus=cool))
     assert cluster.ctl.gpu_readings()["n1"].gpus == tuple(cool)
     assert cluster.ctl.gpu_readings()["n1"].at == at + 5
+
+
+def test_inventory_differences_go_to_the_node_history(cluster: Cluster) -> None:
+    body = AgentRegister(
+        inventory=inventory("n1"),
+        facts={"driver": "550.54.15", "cuda": "12.4"},
+        differences=["declares 4 GPUs, NVML finds 3"],
+    )
+    cluster.ctl.register_agent(principal=ADMIN, node="n1", body=body)
+    entries = cluster.ctl.list_audit(principal=ADMIN).entries
+    mine = [(e.action, e.target, e.detail) for e in entries if e.action == "node.inventory"]
+    assert mine == [("node.inventory", "n1", {"differences": ["declares 4 GPUs, NVML finds 3"]})]

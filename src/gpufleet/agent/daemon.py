@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -64,7 +64,8 @@ class Agent:
     ``poll_s`` is how often run ends are looked for, ``max_backoff_s`` the
     longest pause between retries, ``max_wait_s`` the longest long poll (the
     heartbeat interval is used when shorter). ``telemetry`` gives the GPU
-    readings each sync carries.
+    readings each sync carries; ``facts`` (what NVML and the host say) and
+    ``differences`` (from the declared inventory) go with each registration.
     """
 
     def __init__(
@@ -77,6 +78,8 @@ class Agent:
         runner: Runner,
         gpu_uuids: tuple[str, ...] = (),
         telemetry: Telemetry | None = None,
+        facts: Mapping[str, Any] | None = None,
+        differences: Sequence[str] = (),
         poll_s: float = 0.2,
         max_backoff_s: float = 30.0,
         max_wait_s: float = MAX_SYNC_WAIT_S,
@@ -87,6 +90,8 @@ class Agent:
         self._inventory = dict(inventory)
         self._gpu_uuids = list(gpu_uuids)
         self._telemetry = telemetry
+        self._facts = dict(facts or {})
+        self._differences = list(differences)
         self._poll_s = poll_s
         self._max_backoff_s = max_backoff_s
         self._max_wait_s = max_wait_s
@@ -143,6 +148,8 @@ class Agent:
             inventory=self._inventory,
             gpu_uuids=self._gpu_uuids,
             running=self.runner.running(),
+            facts=self._facts,
+            differences=self._differences,
         )
         reply = RegisterReply.model_validate(
             self._post(self._poll_client, "/register", body.model_dump(), timeout=30.0)

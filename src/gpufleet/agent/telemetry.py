@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
+from gpufleet.agent.discover import nvml_text
 from gpufleet.agent.health import LOST, GpuHealthPolicy, judged
 from gpufleet.api.agent_schemas import GpuReading
 from gpufleet.core.model import Node
@@ -105,8 +106,8 @@ class NvmlTelemetry:
         self.description = "NVML"
         count = nvml.nvmlDeviceGetCount()
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        self._uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in self._handles]
-        self._models = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+        self._uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in self._handles]
+        self._models = [nvml_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
         self._xid_last = [0] * count
         self._xid_count = [0] * count
         self._events = None
@@ -145,7 +146,7 @@ class NvmlTelemetry:
                     (
                         k
                         for k, u in enumerate(self._uuids)
-                        if u == _text(self.nvml.nvmlDeviceGetUUID(event.device))
+                        if u == nvml_text(self.nvml.nvmlDeviceGetUUID(event.device))
                     ),
                     None,
                 )
@@ -209,12 +210,8 @@ def _maybe(nvml: Any, read: Callable[[], T], default: T) -> T:
         return default
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def load_nvml() -> tuple[Any, str]:
-    """The initialised ``pynvml`` module and how many GPUs it sees, or None and why not."""
+    """The initialised ``pynvml`` module when it sees a GPU, else None and why not."""
     try:
         import pynvml
     except ImportError:
@@ -230,9 +227,14 @@ def load_nvml() -> tuple[Any, str]:
     return pynvml, ""
 
 
-def open_telemetry(node: Node, declared: Path, policy: GpuHealthPolicy | None = None) -> Telemetry:
-    """NVML when it sees GPUs; else the declared file, saying why in one line."""
-    nvml, why = load_nvml()
+def open_telemetry(
+    node: Node, declared: Path, policy: GpuHealthPolicy | None = None, nvml: Any = None
+) -> Telemetry:
+    """NVML (``nvml``, an initialised ``pynvml``, else loaded here) when it sees GPUs;
+    else the declared file, saying why in one line."""
+    why = ""
+    if nvml is None:
+        nvml, why = load_nvml()
     if nvml is not None:
         return NvmlTelemetry(nvml, policy)
     log.info("%s; GPU readings come from %s", why, declared)

@@ -40,13 +40,24 @@ class AgentRegister(_Request):
     as JSON (``names`` is the single node name, the same as the URL's node);
     GPU UUIDs go in ``gpu_uuids`` in index order, since the cluster file has
     no place for them. ``running`` lets a restarted agent (or a restarted
-    controller) reconcile at once.
+    controller) reconcile at once. ``facts`` and ``differences`` come from
+    NVML discovery (empty without NVML).
     """
 
     inventory: dict[str, Any]
     gpu_uuids: list[str] = Field(default_factory=list, max_length=1024)
     running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     agent_version: str = Field("", max_length=64)
+    facts: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what NVML and the host report: driver, cuda, hostname, kernel, os, "
+        "cpus, memory_mib and per-GPU uuid, name, memory, MIG, NVLink peers, NUMA node",
+    )
+    differences: list[str] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="where the declared inventory and the discovered node disagree",
+    )
 
 
 class RegisterReply(BaseModel):

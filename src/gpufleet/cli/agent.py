@@ -13,7 +13,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -39,10 +39,11 @@ def node_agent(
     server: str,
     token: str,
     telemetry: Path | None = None,
+    nvml: Any = None,
 ) -> Agent:
     """The agent of the declared node: it registers the node's group table and GPU UUIDs
-    and sends GPU readings from NVML, else from ``telemetry`` (by default the
-    ``.telemetry.toml`` file beside the inventory)."""
+    and sends GPU readings from NVML (``nvml`` when loaded already), else from
+    ``telemetry`` (by default the ``.telemetry.toml`` file beside the inventory)."""
     from gpufleet.agent.daemon import Agent
     from gpufleet.agent.telemetry import open_telemetry, telemetry_path
 
@@ -52,7 +53,11 @@ def node_agent(
         node=declared.node.name,
         inventory=declared.group,
         gpu_uuids=declared.gpu_ids,
-        telemetry=open_telemetry(declared.node, telemetry or telemetry_path(declared.source)),
+        telemetry=open_telemetry(
+            declared.node, telemetry or telemetry_path(declared.source), nvml=nvml
+        ),
+        facts=declared.facts.as_json() if declared.facts else {},
+        differences=declared.differences,
         runner=runner,
     )
 
@@ -100,9 +105,11 @@ def agent(
     from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
+    from gpufleet.agent.telemetry import load_nvml
 
+    nvml, _ = load_nvml()
     try:
-        declared = read_inventory(inventory, node)
+        declared = read_inventory(inventory, node, nvml)
     except InventoryError as e:
         _fail(f"--inventory: {e}")
     try:
@@ -113,7 +120,12 @@ def agent(
         _fail(f"--state-dir: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per sync
-    daemon = node_agent(declared, runner, server=server, token=token, telemetry=telemetry)
+    log = logging.getLogger("gpufleet.agent")
+    for difference in declared.differences:
+        log.warning("inventory %s differs from NVML: %s", inventory, difference)
+    daemon = node_agent(
+        declared, runner, server=server, token=token, telemetry=telemetry, nvml=nvml
+    )
     failure: list[Refused] = []
     stopping = threading.Event()
 
@@ -142,4 +154,4 @@ def agent(
     if failure:
         where = {401: "--token", 403: "--token", 422: "--inventory"}.get(failure[0].status)
         _fail(f"{where or '--server'}: the controller refused the agent: {failure[0]}")
-    logging.getLogger("gpufleet.agent").info("stopped; jobs keep running")
+    log.info("stopped; jobs keep running")

@@ -215,6 +215,7 @@ class Controller:
         # Per node, the kills last sent for each (job_id, run) and when: each is sent once.
         self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
         self._readings = ReadingsBoard()
+        self._facts: dict[str, dict[str, Any]] = {}  # what each node's NVML reported
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -882,6 +883,15 @@ class Controller:
                 persist.upsert_node(conn, values)
                 if info is None:
                     persist.add_joined(conn, node)
+                if body.differences:  # reported, not silently trusted: in the node's history
+                    persist.audit(
+                        conn,
+                        time=now,
+                        who=principal.user,
+                        action="node.inventory",
+                        target=node,
+                        detail={"differences": body.differences},
+                    )
 
             self._writer().call(unit)
             if info is None:
@@ -892,6 +902,7 @@ class Controller:
                 self.book.replace_node(new)
                 info.node = new
             info.inventory = dict(body.inventory)
+            self._facts[node] = dict(body.facts)
             info.last_heartbeat = info.saved_heartbeat = now
             self._set_state(info, "up")
             self._kills_sent.pop(node, None)  # a new agent process: it may have missed them
