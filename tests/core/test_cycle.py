@@ -2,9 +2,9 @@
 
 Invariants, over random clusters, running jobs, queues and reservations:
 no GPU is over-allocated by a plan, a gang starts whole or not at all, a
-reservation is honoured, a hold is never delayed by what the plan starts,
-every pending job either starts or has a reason, and the snapshot is left
-exactly as it was.
+reservation is honoured, a hold is never delayed by what the plan starts, no
+two holds overlap on a node, every pending job either starts or has a reason,
+and the snapshot is left exactly as it was.
 """
 
 from __future__ import annotations
@@ -145,17 +145,6 @@ def test_earliest_start_respects_blocks_and_mig() -> None:
     assert tl.earliest(mig_req, nodes, 60, blocks, horizon=999) is None
 
 
-def test_expected_ends_round_up_to_the_resolution_and_overdue_jobs_free_now() -> None:
-    state = cluster(node("a").gpus(2))
-    tl = Timeline(state, now=1000, resolution=60)
-    for key, gpu, end in (("late", 0, 900), ("soon", 1, 1001)):
-        a = whole(0, gpu)
-        state.allocate(a)
-        tl.add(key, [a], end)
-    assert tl.node_times(job().gpus(1).build()).tolist() == [1000]  # the overdue one
-    assert tl.node_times(job().gpus(2).build()).tolist() == [1060]  # 1001 -> 1060
-
-
 # -- properties -------------------------------------------------------------------------
 
 
@@ -262,10 +251,16 @@ def test_plan_invariants(sc: Scenario) -> None:
                 tl.add(r.job.id, r.assignments, r.expected_end)
         for job_id, assignments in plan.starts.items():
             tl.add(job_id, assignments, snap.now + pending[job_id].time_limit_s)
+        holds: list[tuple[int, int, int]] = []
         for job_id, start in plan.expected_start.items():
             times = tl.node_times(pending[job_id].request)
             held = list(plan.expected_nodes[job_id])
             assert (times[held] <= start).all()
             assert times[held].max() < NEVER
+            # No two holds overlap on a node.
+            begin, end = tl.hold(start, pending[job_id].time_limit_s)
+            for k in held:
+                assert not any(h == k and s < end and begin < e for h, s, e in holds)
+                holds.append((k, begin, end))
     finally:
         journal.rollback()

@@ -1,5 +1,5 @@
 """The timeline and its blocks: holds kept apart per node, multi-node starts checked
-over their whole window.
+over their whole window, holds rounded down to the backfill resolution.
 
 Properties, over random clusters, running jobs and sequences of planned starts:
 no two holds overlap on a node, each planned start has the capacity it needs on
@@ -55,6 +55,22 @@ def test_a_gang_is_held_where_every_node_is_free_over_its_whole_window() -> None
     assert (planned.start, planned.nodes.tolist()) == (200, [0, 1])
 
 
+def test_a_hold_is_rounded_down_to_the_resolution_and_ends_are_exact() -> None:
+    state = cluster(node("a").gpus(2))
+    tl = Timeline(state, now=1000, resolution=60)
+    for key, gpu, end in (("late", 0, 900), ("soon", 1, 1001)):
+        a = whole(0, gpu)
+        state.allocate(a)
+        tl.add(key, [a], end)
+    assert tl.node_times(job().gpus(1).build()).tolist() == [1000]  # the overdue one
+    assert tl.node_times(job().gpus(2).build()).tolist() == [1001]  # not rounded
+    planned = tl.earliest(job().gpus(2).build(), np.ones(1, np.bool_), 600, Blocks.none(1))
+    assert planned is not None and planned.start == 1001
+    # Slurm: start 1001 -> 960, end 1601 -> 1560.
+    assert planned.hold == (960, 1560)
+    assert tl.hold(1001, 30) == (960, 1020)  # shorter than a step: one step
+
+
 # -- properties -------------------------------------------------------------------------
 
 
@@ -103,13 +119,13 @@ def plans(draw: st.DrawFn) -> tuple[int, list[tuple[int, int, int]], list[tuple[
 
 
 @settings(max_examples=150)  # about 2 s
-@given(plans())
+@given(plans(), st.sampled_from([1, 60]))
 def test_planned_starts_never_overlap_and_none_could_start_earlier(
-    plan: tuple[int, list[tuple[int, int, int]], list[tuple[int, int, int]]],
+    plan: tuple[int, list[tuple[int, int, int]], list[tuple[int, int, int]]], resolution: int
 ) -> None:
     n, running, requests = plan
     state = cluster(*(node(f"n{i}").gpus(8) for i in range(n)))
-    tl = Timeline(state, now=0, resolution=1)
+    tl = Timeline(state, now=0, resolution=resolution)
     for i, (where, gpus, end) in enumerate(running):
         free = np.flatnonzero(state.gpu_milli_free[where] == 1000)[:gpus]
         a = whole(where, *free.tolist())
@@ -135,7 +151,8 @@ def test_planned_starts_never_overlap_and_none_could_start_earlier(
         assert (times[chosen] <= planned.start).all()  # capacity is there at the start
         assert blocks.usable(planned.start, length)[chosen].all()
         assert all(feasible(t) < gang for t in candidates if t < planned.start)
-        begin, end = planned.start, planned.start + length
+        begin, end = planned.hold
+        assert begin <= planned.start and begin % resolution == 0 and end % resolution == 0
         for k in chosen:
             assert not any(h == k and s < end and begin < e for h, s, e in holds), "holds overlap"
             holds.append((k, begin, end))

@@ -114,3 +114,27 @@ def test_conservative_backfill_protects_every_held_job(
     ).cycle()
     assert out.starts == starts
     assert out.expected_start == holds
+
+
+@pytest.mark.parametrize(
+    ("resolution", "starts"),
+    [
+        # Held from 130: the 25 s job ends at 125, before the hold -> it starts.
+        (1, {"short": ["a"]}),
+        # bf_resolution=60: the hold begins at 130 rounded down = 120, and 125 > 120.
+        (60, {}),
+    ],
+)
+def test_a_hold_begins_at_its_start_rounded_down_to_the_resolution(
+    resolution: int, starts: dict[str, list[str]]
+) -> None:
+    # a: 6 of 8 GPUs busy until 130; now is 100.
+    sc = Scenario([node("a").gpus(8)], now=100, resolution_s=resolution)
+    sc.run(qjob("r").gpus(6).limit(130), start=0, on="a")
+    sc.submit(
+        qjob("head").gpus(8).limit(600).submit(1),  # a whole at 130
+        qjob("short").gpus(2).limit(25).submit(2),  # fits now, ends at 125
+    )
+    out = sc.cycle()
+    assert out.expected_start == {"head": 130}  # the start itself is exact
+    assert out.starts == starts

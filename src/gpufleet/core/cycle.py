@@ -622,7 +622,7 @@ class _Cycle:
 
     def _plan_start(self, job: Job, planned: PlannedStart) -> None:
         self.planned_count += 1
-        self.planned.add(planned.nodes, planned.start, planned.start + job.time_limit_s)
+        self.planned.add(planned.nodes, *planned.hold)
         self.plan.expected_start[job.id] = planned.start
         self.plan.expected_nodes[job.id] = tuple(int(n) for n in planned.nodes)
 

@@ -87,7 +87,7 @@ class Backfill(Protocol):
 
     ``planned`` is how many starts this cycle already planned, ``tested`` how
     many jobs it already tried to place. ``horizon`` is the latest start worth
-    planning (Slurm's bf_window); ``resolution`` rounds expected ends.
+    planning (Slurm's bf_window); ``resolution`` rounds holds down (bf_resolution).
     """
 
     resolution: int

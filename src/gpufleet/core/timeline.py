@@ -15,6 +15,11 @@ reservation keeps a node over a span [from, until); a node keeps each span
 apart. A job of length L may use a blocked node at time t only if [t, t + L)
 overlaps none of its spans, so it can never delay what holds the node. A
 multi-node start is checked over its whole window on every node it takes.
+
+A planned start holds its nodes from its start to its end, both rounded down
+to the backfill resolution, as Slurm rounds its backfill reservations
+(``Timeline.hold``): the hold begins early, so short jobs may not slip in
+just before it.
 """
 
 from __future__ import annotations
@@ -121,14 +126,17 @@ class Blocks:
 
 @dataclass(frozen=True)
 class PlannedStart:
-    """Where and when a waiting job is planned to start: its backfill reservation."""
+    """Where and when a waiting job is planned to start, and the span its nodes are
+    held (``Timeline.hold``): its backfill reservation."""
 
     start: int
     nodes: IntArray
+    hold: tuple[int, int]
 
 
 class Timeline:
-    """Expected releases of resources after ``now``, rounded up to ``resolution`` seconds."""
+    """Expected releases of resources after ``now``; planned starts hold nodes in
+    ``resolution`` steps (``hold``)."""
 
     def __init__(
         self,
@@ -175,7 +183,7 @@ class Timeline:
             live[rows] = True
             running = flat.flat().where(live)
             added = _Flat.of(list(self._added.values()))
-            self._built = _Events.build(self.state, running.then(added), self.now, self.resolution)
+            self._built = _Events.build(self.state, running.then(added), self.now)
         return self._built
 
     def node_times(self, r: Request) -> IntArray:
@@ -259,7 +267,18 @@ class Timeline:
             ready = np.maximum(t, start)
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(first[candidates], kind="stable")[:k]]
-        return PlannedStart(start, np.sort(chosen))
+        return PlannedStart(start, np.sort(chosen), self.hold(start, length))
+
+    def hold(self, start: int, length: int) -> tuple[int, int]:
+        """The span a planned start holds its nodes: start and end rounded down to
+        ``resolution``, as Slurm's backfill does (bf_resolution).
+
+        Holds so begin early, keeping short jobs off the nodes. A limit shorter
+        than a step still holds one step, so a hold never vanishes.
+        """
+        step = self.resolution
+        begin = start // step * step
+        return begin, max((start + length) // step * step, begin + step)
 
 
 @dataclass(frozen=True)
@@ -402,7 +421,7 @@ class _Events:
     gmem: _Releases
     mig_end: IntArray
     now: int
-    task_node: IntArray  # per task of a holder: its node and rounded end
+    task_node: IntArray  # per task of a holder: its node and end (now if past)
     task_end: IntArray
 
     def node_idle(self) -> IntArray:
@@ -412,14 +431,14 @@ class _Events:
         return idle
 
     @classmethod
-    def build(cls, st: ClusterState, f: _Flat, now: int, step: int) -> _Events:
-        """Events of ``f``: ends round up to ``step`` after ``now``, and past ends to now."""
+    def build(cls, st: ClusterState, f: _Flat, now: int) -> _Events:
+        """Events of ``f``: past ends count as now."""
         width = st.gpu_milli_free.shape[1]
 
-        def rounded(times: IntArray) -> IntArray:
-            return now + np.maximum(0, -(-(times - now) // step) * step)
+        def at_least_now(times: IntArray) -> IntArray:
+            return np.maximum(times, now)
 
-        end, g_end = rounded(f.end), rounded(f.g_end)
+        end, g_end = at_least_now(f.end), at_least_now(f.g_end)
         slot = f.g_node * width + f.g_gpu
         mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
         mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
@@ -433,7 +452,7 @@ class _Events:
             mem=mem,
             milli=milli,
             gmem=gmem,
-            mig_end=np.where(st.mig_free, 0, np.where(mig_held, rounded(mig_end), NEVER)),
+            mig_end=np.where(st.mig_free, 0, np.where(mig_held, at_least_now(mig_end), NEVER)),
             now=now,
             task_node=f.node,
             task_end=end,

@@ -15,8 +15,9 @@ any job.
 
 Settings follow Slurm's SchedulerParameters: ``window_s`` (bf_window: starts
 further ahead than this are not planned), ``resolution_s`` (bf_resolution:
-expected ends are rounded up to it) and ``max_job_test`` (bf_max_job_test:
-once a job waits, at most this many jobs in all are tried per cycle).
+a planned start's hold begins and ends rounded down to it, as in Slurm) and
+``max_job_test`` (bf_max_job_test: once a job waits, at most this many jobs in
+all are tried per cycle).
 """
 
 from __future__ import annotations
