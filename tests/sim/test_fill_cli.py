@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli.main import main
-from gpufleet.sim.fill import FillRun
+from gpufleet.core.model import Request
+from gpufleet.sim.fill import FillRun, request_type
 from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, bundled
 from gpufleet.sim.report import summarize
 
@@ -88,6 +89,30 @@ def replay_allocation(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> 
     return curve
 
 
+def replay_refusals(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> Refusals:
+    """From the placements file alone: pods refused so far at each arrived level, the
+    level of the first refusal, and the pods arrived and refused by 100% arrived."""
+    capacity = gpu_capacity(nodes_csv)
+    pods = {row["name"]: row for row in read(pods_csv)}
+    curve: list[int] = []
+    arrived = refused = 0
+    first: int | None = None
+    at_100 = (0, 0)
+    for pods_in, row in enumerate(read(placements_csv), start=1):
+        pod = pods[row["pod"]]
+        arrived += int(pod["num_gpu"]) * int(pod["gpu_milli"])
+        if not row["node"]:
+            refused += 1
+            first = arrived * 100 // capacity if first is None else first
+        while arrived * 100 >= len(curve) * capacity and len(curve) <= 130:
+            at_100 = (pods_in, refused) if len(curve) == 100 else at_100
+            curve.append(refused)
+    return curve, first, at_100
+
+
+Refusals = tuple[list[int], int | None, tuple[int, int]]
+
+
 def test_out_writes_curves_plot_and_placements(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -106,9 +131,27 @@ def test_out_writes_curves_plot_and_placements(
     with (out / "curves.csv").open(newline="") as handle:
         reader = csv.reader(handle)
         assert next(reader) == ["policy", "seed", "metric", *(str(k) for k in range(131))]
-        curves = {(p, int(s), m): [float(x) for x in xs] for p, s, m, *xs in reader}
+        rows = {(p, int(s), m): [float(x) for x in xs] for p, s, m, *xs in reader}
+    curves = {k: v for k, v in rows.items() if k[2] in ("alloc_pct", "frag_pct")}
     # 2 policies x 2 seeds x 2 metrics.
     assert len(curves) == 8
+    for policy, seed in {k[:2] for k in curves}:
+        placements = out / f"placements-{policy}-{seed}.csv"
+        refused_curve = replay_refusals(NODES, PODS, placements)[0]
+        assert refused_curve[-1] > 0, "the fixture must refuse some pods by 130%"
+        assert rows[policy, seed, "refused"] == refused_curve
+        by_type = [v for k, v in rows.items() if k[:2] == (policy, seed) and ":" in k[2]]
+        assert [sum(c) for c in zip(*by_type, strict=True)] == refused_curve
+    for policy, r in results.items():
+        # One seed's counts per summary are means: both seeds' totals add up.
+        per_seed = [
+            replay_refusals(NODES, PODS, out / f"placements-{policy}-{s}.csv") for s in (42, 43)
+        ]
+        types = r["refused_by_type"].values()
+        assert sum(t["arrived"] for t in types) * 2 == sum(a for _, _, (a, _) in per_seed)
+        assert sum(t["refused"] for t in types) * 2 == sum(f for _, _, (_, f) in per_seed)
+        firsts = sorted(130 if f is None else f for _, f, _ in per_seed)
+        assert r["first_refusal_pct"] == firsts[0]  # the lower median of two
     for (policy, seed, metric), curve in curves.items():
         assert len(curve) == 131
         assert all(0 <= x <= 100 for x in curve)
@@ -167,3 +210,23 @@ def test_openb_best_fit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     curve = next(row for row in read(tmp_path / "curves.csv") if row["metric"] == "alloc_pct")
     replayed = replay_allocation(nodes, pods, placements)
     assert [float(curve[str(k)]) for k in range(131)] == pytest.approx(replayed, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("asked", "label"),
+    [
+        # openb's largest pods: 8 GPUs, over 96 cores and 600 GiB.
+        (Request(gpus=8, cpu_milli=100_000, memory_mib=700 * 1024), "8gpu cpu<=256 mem<=1024G"),
+        (Request(gpus=8, cpu_milli=64_000, memory_mib=256 * 1024), "8gpu cpu<=64 mem<=256G"),
+        (Request(gpu_milli=500, cpu_milli=4000, memory_mib=4096), "share<=500 cpu<=4 mem<=4G"),
+        (Request(gpu_milli=501, cpu_milli=4001, memory_mib=4097), "share<=750 cpu<=16 mem<=16G"),
+        (Request(gpu_milli=810, cpu_milli=1000), "share<1000 cpu<=1 mem<=0G"),
+        (Request(cpu_milli=32_000, memory_mib=100), "cpu cpu<=64 mem<=1G"),
+        (
+            Request(mig_profile="1g.10gb", mig_count=2, cpu_milli=500),
+            "mig:1g.10gbx2 cpu<=1 mem<=0G",
+        ),
+    ],
+)
+def test_request_types(asked: Request, label: str) -> None:
+    assert request_type(asked) == label

@@ -108,21 +108,30 @@ def _progress(total: int, console: Console | None = None) -> Iterator[Callable[[
         yield lambda run: bar.update(task, advance=1, description="fill runs")
 
 
+def _level(level: int | None) -> str:
+    return "none" if level is None else f"{level}%"
+
+
 def _table(summaries: list[FillSummary], seeds: int) -> Table:
     table = Table(
         title=f"GPU allocation and fragmentation, % of capacity, mean of {seeds} seed(s)",
-        caption="first gap: arrived % where allocation first trails by 1+ point (median)",
+        caption="first gap: arrived % where allocation first trails by 1+ point (median); "
+        "refused: % of pods arrived by 100% that found no place; first refusal: arrived % "
+        "of the first (median); per request type in --json and curves.csv",
     )
-    table.add_column("policy")
-    for header in ("alloc @100%", "alloc @130%", "first gap", "frag @100%", "s/run"):
+    table.add_column("policy", no_wrap=True)
+    headers = ("alloc @100%", "alloc @130%", "first gap", "frag @100%", "refused", "1st refusal")
+    for header in (*headers, "s/run"):
         table.add_column(header, justify="right")
     for s in summaries:
         table.add_row(
             s.policy,
             f"{s.alloc_pct_at_100:.2f}",
             f"{s.alloc_pct_at_130:.2f}",
-            "none" if s.first_gap_level is None else f"{s.first_gap_level}%",
+            _level(s.first_gap_level),
             f"{s.frag_pct_at_100:.2f}",
+            f"{s.refused_pct:.2f}",
+            _level(s.first_refusal_pct),
             f"{s.seconds_per_run:.1f}",
         )
     return table

@@ -5,6 +5,8 @@ Files written by ``write_outputs``:
 * ``curves.csv``: ``policy,seed,metric,0,1,...,130``, one row per run and
   metric (``alloc_pct``, ``frag_pct``); column *k* is the value when arrived
   GPU requests reached *k* % of capacity, as in the FGD artifact's tables.
+  Then ``refused``, the pods refused so far, and ``refused:TYPE`` for each
+  request type (``fill.request_type``) the run refused at least once.
 * ``fill.png``: allocation against arrived load, one line per policy (the
   mean over seeds), with the diagonal that a perfect policy would follow;
   a second panel zooms in on the end of the run.
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 import csv
 import statistics
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.sim.fill import PLACEMENT_COLUMNS, FillRun
@@ -46,7 +49,12 @@ class FillSummary:
     ``first_gap_level`` is the lower median over seeds of the first arrived
     level at which allocation trails arrival by a point or more; a seed that
     never trails counts as beyond every level, and None means most never did.
-    The lower median is a level some seed actually reached.
+    The lower median is a level some seed actually reached. ``first_refusal_pct``
+    is the same for the arrived level of the first refused pod.
+
+    ``refused_by_type`` maps each request type that arrived by 100% arrived to
+    ``arrived`` and ``refused`` (pods, mean over seeds) and ``refused_pct``
+    (refused over arrived, all seeds pooled).
     """
 
     policy: str
@@ -56,8 +64,17 @@ class FillSummary:
     seconds_per_run: float
     frag_pct_at_100: float
     first_gap_level: int | None
+    first_refusal_pct: int | None = None
+    refused_by_type: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def as_json(self) -> dict[str, float | int | list[float] | None]:
+    @property
+    def refused_pct(self) -> float:
+        """Share of all pods arrived by 100% arrived that were refused, in percent."""
+        arrived = sum(t["arrived"] for t in self.refused_by_type.values())
+        refused = sum(t["refused"] for t in self.refused_by_type.values())
+        return 100.0 * refused / arrived if arrived else 0.0
+
+    def as_json(self) -> dict[str, object]:
         return {
             "alloc_pct_at_100": round(self.alloc_pct_at_100, 4),
             "alloc_pct_at_130": round(self.alloc_pct_at_130, 4),
@@ -65,6 +82,10 @@ class FillSummary:
             "seconds_per_run": round(self.seconds_per_run, 4),
             "frag_pct_at_100": round(self.frag_pct_at_100, 4),
             "first_gap_level": self.first_gap_level,
+            "first_refusal_pct": self.first_refusal_pct,
+            "refused_by_type": {
+                k: {m: round(v, 4) for m, v in t.items()} for k, t in self.refused_by_type.items()
+            },
         }
 
 
@@ -73,9 +94,6 @@ def summarize(runs: Sequence[FillRun]) -> list[FillSummary]:
     summaries = []
     for policy, group in _by_policy(runs).items():
         at_100 = [run.at(100) for run in group]
-        beyond = float("inf")
-        gaps = [beyond if run.first_gap_level is None else run.first_gap_level for run in group]
-        gap = statistics.median_low(gaps)
         summaries.append(
             FillSummary(
                 policy=policy,
@@ -84,10 +102,38 @@ def summarize(runs: Sequence[FillRun]) -> list[FillSummary]:
                 per_seed_at_100=at_100,
                 seconds_per_run=statistics.median(run.seconds for run in group),
                 frag_pct_at_100=statistics.fmean(_point(run.frag_pct, 100) for run in group),
-                first_gap_level=None if gap == beyond else int(gap),
+                first_gap_level=_median_level([run.first_gap_level for run in group]),
+                first_refusal_pct=_median_level([run.first_refusal_pct for run in group]),
+                refused_by_type=_refusals(group),
             )
         )
     return summaries
+
+
+def _median_level(levels: Sequence[int | None]) -> int | None:
+    """Lower median of per-seed levels, None (never) counting as beyond every level;
+    None when most seeds never reached one."""
+    beyond = float("inf")
+    median = statistics.median_low([beyond if k is None else k for k in levels])
+    return None if median == beyond else int(median)
+
+
+def _refusals(group: Sequence[FillRun]) -> dict[str, dict[str, float]]:
+    """Per request type: pods arrived and refused by 100% arrived, mean over the runs,
+    and the refused share of all the runs' arrivals, in percent."""
+    arrived: Counter[str] = Counter()
+    refused: Counter[str] = Counter()
+    for run in group:
+        arrived.update(run.arrived_by_type)
+        refused.update(run.refused_by_type)
+    return {
+        k: {
+            "arrived": arrived[k] / len(group),
+            "refused": refused[k] / len(group),
+            "refused_pct": 100.0 * refused[k] / arrived[k],
+        }
+        for k in sorted(arrived)
+    }
 
 
 def write_curves(path: Path, runs: Sequence[FillRun]) -> None:
@@ -99,6 +145,12 @@ def write_curves(path: Path, runs: Sequence[FillRun]) -> None:
         for run in runs:
             for metric, curve in zip(METRICS, (run.alloc_pct, run.frag_pct), strict=True):
                 out.writerow([run.policy, run.seed, metric, *(f"{x:.4f}" for x in curve)])
+            total = [
+                sum(c[k] for c in run.refused_curve.values()) for k in range(len(run.alloc_pct))
+            ]
+            out.writerow([run.policy, run.seed, "refused", *total])
+            for kind, counts in run.refused_curve.items():
+                out.writerow([run.policy, run.seed, f"refused:{kind}", *counts])
 
 
 def write_placements(path: Path, run: FillRun) -> None:
