@@ -286,6 +286,23 @@ def test_trace_jobs_become_core_jobs(
     assert (job.qos, job.user, job.account, job.partition, job.time_limit_s) == expected
 
 
+@pytest.mark.parametrize(
+    ("trace", "defined", "qos"),
+    [
+        # a Slurm export's QOS, defined by the profile: the job runs under it
+        (tj("a", 0, 10, qos="scavenger"), {"normal", "scavenger"}, "scavenger"),
+        # not defined: the priority class, as before
+        (tj("a", 0, 10, qos="gold"), {"normal", "scavenger"}, "normal"),
+        # preemptible trace jobs keep the preemptible QoS
+        (tj("a", 0, 10, qos="scavenger", preemptible=True), {"scavenger"}, "preemptible"),
+    ],
+)
+def test_a_trace_jobs_qos_is_used_when_the_replay_defines_it(
+    trace: TraceJob, defined: set[str], qos: str
+) -> None:
+    assert to_job(trace, SimConfig(), defined).qos == qos
+
+
 def test_oracle_limits_are_the_duration() -> None:
     assert (
         to_job(tj("a", 0, 100, time_limit_s=900), SimConfig(oracle_limits=True)).time_limit_s == 100

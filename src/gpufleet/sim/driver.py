@@ -8,10 +8,11 @@ adds is its own bookkeeping: per-job records (work done and lost) and the
 time series. There is no policy here: who runs, where, and whom to preempt
 all come from the profile's plugins.
 
-**Trace jobs become core jobs** (``to_job``): the QoS is the job's priority
-class (``high``, ``normal``, ``low``) or ``preemptible`` for a preemptible
-job; the partition and account default to ``default`` and the user to the
-account. A job without a time limit gets its duration rounded up to
+**Trace jobs become core jobs** (``to_job``): the QoS is ``preemptible`` for
+a preemptible job, else the trace's own QoS when the QoS table defines it
+(a Slurm export's ``QOS``), else the job's priority class (``high``,
+``normal``, ``low``); the partition and account default to ``default`` and
+the user to the account. A job without a time limit gets its duration rounded up to
 ``limit_round_s`` (an hour by default: users ask for round numbers), or
 exactly its duration with ``oracle_limits`` (what SJF-with-an-oracle needs).
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import time as wallclock
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,8 +102,9 @@ class SimConfig(BaseModel):
     )
 
 
-def to_job(t: TraceJob, config: SimConfig) -> Job:
-    """The core job a trace job becomes (see the module docstring)."""
+def to_job(t: TraceJob, config: SimConfig, qos: Collection[str] = ()) -> Job:
+    """The core job a trace job becomes (see the module docstring); ``qos``: the
+    QoS names the replay defines."""
     if config.oracle_limits:
         limit = max(1, t.duration_s)
     elif t.time_limit_s is not None:
@@ -115,7 +117,7 @@ def to_job(t: TraceJob, config: SimConfig) -> Job:
         id=t.id,
         user=t.user or account,
         account=account,
-        qos=PREEMPTIBLE_QOS if t.preemptible else t.priority_class,
+        qos=PREEMPTIBLE_QOS if t.preemptible else t.qos if t.qos in qos else t.priority_class,
         partition=t.partition or DEFAULT_ACCOUNT,
         request=t.request,
         submit_time=t.submit_time,
@@ -282,7 +284,7 @@ class Simulation:
         for t in jobs:
             if t.id in self.records:
                 raise ValueError(f"job {t.id}: id appears twice in the trace")
-            job = to_job(t, self.config)
+            job = to_job(t, self.config, self.qos)
             rec = JobRecord(t, job, job.gpu_milli / MILLI, t.duration_s)
             if t.request not in fits:
                 fits[t.request] = placer.fits_empty(idle, t.request)

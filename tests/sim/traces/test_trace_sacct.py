@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from builders import node
 from gpufleet.sim.openb import TraceError
+from gpufleet.sim.profile import profile_from_dict, replay
 from gpufleet.sim.traces.sacct import SacctOptions, load_sacct, slurm_seconds
 
 Corrupt = Callable[[str, int, str, str], Path]
@@ -234,3 +236,49 @@ def test_a_mig_gres_mix_gpufleet_cannot_hold_is_refused(
     with pytest.raises(TraceError, match=reason) as err:
         load_sacct(_one_job(tmp_path, alloc))
     assert ", row 2: AllocTRES: " in str(err.value)
+
+
+def _export(tmp_path: Path, header: str, rows: list[str]) -> Path:
+    path = tmp_path / "export.psv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def test_the_qos_column_is_optional(tmp_path: Path) -> None:
+    path = _export(
+        tmp_path,
+        "JobID|User|Account|Partition|Submit|Start|Elapsed|Timelimit|State|NNodes|AllocTRES",
+        [
+            "7|ana|vision|gpu|2026-01-01T10:00:00|2026-01-01T10:00:05|00:01:00|00:05:00"
+            "|COMPLETED|1|cpu=1,gres/gpu=1"
+        ],
+    )
+    (job,) = load_sacct(path)
+    assert (job.id, job.qos, job.request.gpus) == ("7", "", 1)
+
+
+def test_a_replay_runs_jobs_under_the_exports_qos(tmp_path: Path) -> None:
+    header = (
+        "JobID|User|Account|Partition|QOS|Submit|Start|Elapsed|Timelimit|State|NNodes|AllocTRES"
+    )
+    row = (
+        "|ana|vision|gpu|{}|2026-01-01T10:00:00|2026-01-01T10:00:05|00:01:00|00:05:00|COMPLETED|1|"
+    )
+    path = _export(
+        tmp_path,
+        header,
+        [f"{i}" + row.format(q) + "cpu=1,gres/gpu=8" for i, q in ((1, "normal"), (2, "urgent"))],
+    )
+    # Both want the one 8-GPU node at once; "urgent" is defined with a higher priority.
+    profile = profile_from_dict(
+        {
+            "ordering": {"plugin": "multifactor"},
+            "qos": [{"name": "urgent", "priority": 1000}],
+            "partitions": [{"name": "gpu"}],
+        },
+        "qos",
+    )
+    result = replay([node("n0").gpus(8).build()], load_sacct(path), profile)
+    jobs = {r.job.id: r for r in result.jobs}
+    assert (jobs["1"].job.qos, jobs["2"].job.qos) == ("normal", "urgent")
+    assert (jobs["2"].first_start, jobs["1"].first_start) == (0, 60)  # urgent first

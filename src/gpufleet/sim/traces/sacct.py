@@ -2,8 +2,10 @@
 
 Ask sacct for at least these fields (``--format``), in any order::
 
-    JobID,User,Account,Partition,QOS,Submit,Start,Elapsed,Timelimit,State,
+    JobID,User,Account,Partition,Submit,Start,Elapsed,Timelimit,State,
     NNodes,AllocTRES,ReqTRES
+
+and ``QOS`` if the replay should run jobs under their QoS.
 
 ``-P`` separates fields with ``|`` (``-p``'s trailing ``|`` is accepted too);
 ``-X`` keeps one line per allocation. Should steps slip in (a ``JobID`` with a
@@ -26,7 +28,9 @@ dot), they are ignored. Mapping:
   MIG profile (``gres/gpu:1g.10gb=1``, or with a prefix such as
   ``a100_1g.10gb``, as Slurm's NVML autodetection names MIG devices) asks for
   that many MIG instances instead of whole GPUs.
-* ``User``, ``Account``, ``QOS``, ``Partition`` copied as they are.
+* ``User``, ``Account``, ``QOS``, ``Partition`` copied as they are (no
+  ``QOS`` column: empty). The replay runs a job under its QoS when the
+  profile's QoS table defines it (``sim.driver.to_job``).
 
 Jobs that never started are skipped: ``State`` PENDING, a ``Start`` of
 ``Unknown``/``None``, or an empty ``AllocTRES`` (nothing was allocated, as
@@ -55,7 +59,6 @@ COLUMNS = (
     "User",
     "Account",
     "Partition",
-    "QOS",
     "Submit",
     "Start",
     "Timelimit",
@@ -119,7 +122,7 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
                 request=_request(path, line, tres_column, row[tres_column], nodes, options),
                 user=row["User"],
                 account=row["Account"],
-                qos=row["QOS"],
+                qos=row.get("QOS", ""),
                 partition=row["Partition"],
             )
         started.append((submit, job))
