@@ -54,7 +54,8 @@ TraceOpt = Annotated[
     str,
     typer.Option(
         metavar="FORMAT:PATH[,K=V...]",
-        help="A format (openb, swf, tiresias, sacct, generic, history), :PATH and its options "
+        help="A format (openb, swf, tiresias, philly, gavel, pai, sacct, generic, history), "
+        ":PATH and its options "
         "as ,KEY=VALUE (see docs/traces.md); or synthetic:K=V,...",
     ),
 ]

@@ -15,6 +15,13 @@ FIXTURE_OF = {
     "tiresias": "tiresias.csv",
     "sacct": "sacct.psv",
     "generic": "generic.csv",
+    "philly": "philly.csv",
+}
+EXAMPLES = Path(__file__).parents[3] / "examples" / "traces"
+# Formats whose files the docs run, with the options they need.
+EXAMPLE_OF = {
+    "pai": (EXAMPLES / "pai" / "pai_job_table.csv", ""),
+    "gavel": (EXAMPLES / "gavel.trace", f",throughputs={EXAMPLES / 'gavel-throughputs.json'}"),
 }
 
 
@@ -24,6 +31,13 @@ def test_spec_picks_the_loader(fixture: Callable[[str], Path], name: str) -> Non
     jobs = load_trace(f"{name}:{path}")
     assert jobs == FORMATS[name].load(path, FORMATS[name].options())
     assert [j.submit_time for j in jobs] == sorted(j.submit_time for j in jobs)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_OF))
+def test_spec_with_options_picks_the_loader(name: str) -> None:
+    path, options = EXAMPLE_OF[name]
+    jobs = load_trace(f"{name}:{path}{options}")
+    assert jobs and [j.submit_time for j in jobs] == sorted(j.submit_time for j in jobs)
 
 
 def test_history_spec(tmp_path: Path) -> None:
@@ -39,7 +53,7 @@ def test_synthetic_spec() -> None:
 
 
 def test_every_format_is_covered() -> None:
-    assert set(FORMATS) == {*FIXTURE_OF, "history"}
+    assert set(FORMATS) == {*FIXTURE_OF, *EXAMPLE_OF, "history"}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +64,8 @@ def test_every_format_is_covered() -> None:
         (
             "pbs:jobs.log",
             "pbs:jobs.log: format: unknown trace format 'pbs' "
-            "(known: openb, swf, tiresias, sacct, generic, history, synthetic)",
+            "(known: openb, swf, tiresias, philly, gavel, pai, sacct, generic, history, "
+            "synthetic)",
         ),
         ("tiresias:/no/such/file.csv", "/no/such/file.csv: no such file"),
     ],

@@ -19,9 +19,12 @@ from pydantic import BaseModel
 
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces import spec as specs
+from gpufleet.sim.traces.gavel import GavelOptions, load_gavel
 from gpufleet.sim.traces.generic import GenericOptions, load_generic
 from gpufleet.sim.traces.history import dump_history, load_history
 from gpufleet.sim.traces.openb_timed import load_openb_timed
+from gpufleet.sim.traces.pai import PaiOptions, load_pai
+from gpufleet.sim.traces.philly import PhillyOptions, load_philly
 from gpufleet.sim.traces.record import TraceJob
 from gpufleet.sim.traces.sacct import SacctOptions, load_sacct
 from gpufleet.sim.traces.swf import SwfMapping, load_swf
@@ -45,6 +48,9 @@ FORMATS: dict[str, TraceFormat] = {
     "openb": TraceFormat(_plain(load_openb_timed)),
     "swf": TraceFormat(load_swf, SwfMapping),
     "tiresias": TraceFormat(load_tiresias, TiresiasOptions),
+    "philly": TraceFormat(load_philly, PhillyOptions),
+    "gavel": TraceFormat(load_gavel, GavelOptions),
+    "pai": TraceFormat(load_pai, PaiOptions),
     "sacct": TraceFormat(load_sacct, SacctOptions),
     "generic": TraceFormat(load_generic, GenericOptions),
     "history": TraceFormat(_plain(load_history)),

@@ -47,10 +47,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.mig import PROFILES
@@ -107,6 +107,18 @@ UNITS: dict[str, tuple[str, ...]] = {
 }
 """Fields that take a unit, and the units each accepts."""
 
+
+def _known_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Asia/Shanghai)") from None
+    return value
+
+
+TimeZone = Annotated[str, AfterValidator(_known_zone)]
+"""An IANA time zone name, checked when the options are read."""
+
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _MIG_PROFILES = frozenset(name for table in PROFILES.values() for name in table)
 _LOOKALIKE = 0.8  # difflib ratio above which a column reads as a misspelt field
@@ -121,7 +133,7 @@ class GenericOptions(BaseModel):
     """field -> the file's column holding it; unmapped fields use their own name."""
     time: Literal["s", "ms", "iso"] = "s"
     """how submit, start and end times are written: seconds, milliseconds or ISO 8601."""
-    timezone: str = "UTC"
+    timezone: TimeZone = "UTC"
     """zone of ISO times written without an offset."""
     origin: Literal["first"] | float | None = None
     """seconds subtracted from every time; ``first``: the earliest submit time.
@@ -151,24 +163,20 @@ class GenericOptions(BaseModel):
                 raise ValueError(f"{name}: unknown unit {unit!r} (known: {', '.join(UNITS[name])})")
         return value
 
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Asia/Shanghai)") from None
-        return value
-
     def column(self, field: str) -> str:
         return self.columns.get(field, field)
 
 
-def load_generic(path: Path, options: GenericOptions | None = None) -> list[TraceJob]:
+def load_generic(
+    path: Path,
+    options: GenericOptions | None = None,
+    keep: Callable[[Mapping[str, str]], bool] | None = None,
+) -> list[TraceJob]:
     """Jobs of a generic CSV or Parquet trace, by submit time.
 
-    Raises TraceProblems (a TraceError) listing every malformed value, each
-    with its row and column.
+    ``keep`` (for loaders built on this one) skips the rows it refuses by
+    their cells, as a format's "never ran" rows. Raises TraceProblems (a
+    TraceError) listing every malformed value, each with its row and column.
     """
     options = options or GenericOptions()
     header, rows, problems = _parquet_table(path) if path.suffix == ".parquet" else _csv_table(path)
@@ -176,6 +184,8 @@ def load_generic(path: Path, options: GenericOptions | None = None) -> list[Trac
     reader.check_header()
     for error in problems:
         reader.problems.add(error)
+    if keep is not None:
+        rows = [(n, line, row) for n, line, row in rows if keep(row)]
     parsed = [job for job in (reader.row(n, line, row) for n, line, row in rows) if job]
     reader.raise_problems()
     if not parsed:
@@ -242,7 +252,8 @@ class _Reader:
         self.problems = TraceProblems(path)
         self.zone = ZoneInfo(options.timezone)
         self.given = {f for f in FIELDS if f in options.constants or options.column(f) in header}
-        used = {options.column(f) for f in self.given if f not in options.constants}
+        read = self.given - ({"start_time", "end_time"} if "duration_s" in self.given else set())
+        used = {options.column(f) for f in read if f not in options.constants}
         self.labels = [c for c in header if c not in used]
 
     def check_header(self) -> None:
