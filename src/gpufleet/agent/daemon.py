@@ -162,7 +162,13 @@ class Agent:
     def sync(self, *, wait_s: float, client: httpx.Client | None = None) -> SyncReply:
         """One sync: report, then start and kill what the reply says."""
         running, reports = self.runner.snapshot()
-        body = AgentSync(running=running, reports=reports, wait_s=wait_s, gpus=self._readings())
+        body = AgentSync(
+            running=running,
+            reports=reports,
+            wait_s=wait_s,
+            gpus=self._readings(),
+            checkpoints=self.runner.checkpoints(),
+        )
         data = self._post(
             client or self._poll_client, "/sync", body.model_dump(), timeout=wait_s + 15.0
         )

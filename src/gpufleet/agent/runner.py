@@ -21,6 +21,11 @@ their ``SLURM_*`` equivalents, and ``CUDA_VISIBLE_DEVICES`` listing the
 assigned GPU (or MIG) UUIDs: empty when none are assigned, so that a CPU
 job sees no GPU. When the agent runs as root, a run executes as its
 submitting user (which must exist on the host), unless ``same_user`` is set.
+
+A job gets ``GPUFLEET_CHECKPOINT_DIR`` (made for it here, the same directory
+for every run of the job) and ``GPUFLEET_CHECKPOINT_MARK``, a file in it
+that the job touches after each complete checkpoint: ``checkpoints`` reports
+the mark's time, which the controller's preemption cost model uses.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 
 from gpufleet.agent import supervise
 from gpufleet.agent.supervise import read_json, signal_number, write_json
-from gpufleet.api.agent_schemas import JobLaunch, RunRef, RunReport
+from gpufleet.api.agent_schemas import Checkpointed, JobLaunch, RunRef, RunReport
 
 Key = tuple[str, int]
 
@@ -51,6 +56,8 @@ DONE_TTL_S = 7 * 86400
 DIR_LOCK_WAIT_S = 1.0
 DEFAULT_WARN_BEFORE_S = 60  # Slurm's --signal default when no @seconds is given
 _SIGNAL_SPEC = re.compile(r"(B:)?([A-Za-z0-9]+)(?:@(\d+))?")
+CHECKPOINT_MARK = ".checkpointed"
+"""Touched by a job after each complete checkpoint; its time is the checkpoint's."""
 
 
 class LaunchError(Exception):
@@ -90,6 +97,9 @@ def job_environment(launch: JobLaunch, node: str) -> dict[str, str]:
     if launch.gpu_milli > 0:
         env["GPUFLEET_GPU_MILLI"] = str(launch.gpu_milli)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.gpu_uuids)
+    if launch.checkpoint_dir:
+        env["GPUFLEET_CHECKPOINT_DIR"] = launch.checkpoint_dir
+        env["GPUFLEET_CHECKPOINT_MARK"] = str(Path(launch.checkpoint_dir) / CHECKPOINT_MARK)
     return env
 
 
@@ -137,6 +147,7 @@ class Runner:
         self._active: set[Key] = set()
         self._ended: dict[Key, RunReport] = {}
         self._children: dict[Key, int] = {}  # supervisor PIDs this object started
+        self._marks: dict[Key, str] = {}  # each run's checkpoint mark ("" for none)
         self._prune_done()
         for rundir in sorted(self._runs.iterdir()):
             job_id, _, run = rundir.name.rpartition(".")
@@ -172,6 +183,8 @@ class Runner:
                 write_json(rundir / supervise.RUN_FILE, self._plan(launch, rundir))
                 if user is not None:
                     _chown_tree(rundir, user)
+                if launch.checkpoint_dir:
+                    _checkpoint_dir(Path(launch.checkpoint_dir), user)
                 self._children[key] = self._spawn(rundir, user)
             except (LaunchError, OSError) as e:
                 message = str(e) if isinstance(e, LaunchError) else f"agent: {e}"
@@ -236,6 +249,25 @@ class Runner:
         with self._lock:
             return self._running(), [self._ended[k] for k in sorted(self._ended)]
 
+    def checkpoints(self) -> list[Checkpointed]:
+        """The latest checkpoint of each run held that has made one."""
+        with self._lock:
+            keys = sorted(self._active)
+        out = []
+        for key in keys:
+            mark = self._marks.get(key)
+            if mark is None:
+                plan = read_json(self._dir(key) / supervise.RUN_FILE) or {}
+                mark = self._marks[key] = plan.get("env", {}).get("GPUFLEET_CHECKPOINT_MARK", "")
+            if not mark:
+                continue
+            try:
+                at = os.stat(mark).st_mtime
+            except OSError:  # none yet, or the storage is away: nothing to report
+                continue
+            out.append(Checkpointed(job_id=key[0], run=key[1], at=at))
+        return out
+
     def running(self) -> list[RunRef]:
         """The runs this node holds now."""
         with self._lock:
@@ -250,6 +282,7 @@ class Runner:
         """Forget reported runs (the controller has recorded them); repeats are harmless."""
         with self._lock:
             for key in keys:
+                self._marks.pop(key, None)
                 if self._ended.pop(key, None) is None:
                     continue
                 if SAFE_JOB_ID.fullmatch(key[0]):
@@ -424,6 +457,16 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1][:500] if lines else ""
+
+
+def _checkpoint_dir(path: Path, user: pwd.struct_passwd | None) -> None:
+    """Make the job's checkpoint directory (kept across runs), owned by its user."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if user is not None:
+            os.chown(path, user.pw_uid, user.pw_gid)
+    except OSError as e:
+        raise LaunchError(f"checkpoint directory {path}: {e.strerror or e}") from None
 
 
 def _chown_tree(rundir: Path, user: pwd.struct_passwd) -> None:

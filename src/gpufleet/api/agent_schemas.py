@@ -130,17 +130,28 @@ class GpuReading(_Request):
     health_reason: str = Field("", max_length=512)
 
 
+class Checkpointed(_Request):
+    """A run's latest checkpoint: when (Unix time, on the node) it last touched
+    ``$GPUFLEET_CHECKPOINT_MARK``."""
+
+    job_id: str = Field(..., min_length=1, max_length=64)
+    run: int = Field(..., ge=1)
+    at: float = Field(..., ge=0)
+
+
 class AgentSync(_Request):
     """One sync: what runs now, what ended, and how long the agent will wait for work.
 
     ``gpus`` are the node's GPU readings at the sync; an agent that sends none
     (an older one, or a sync that only flushes reports) leaves the last ones.
+    ``checkpoints`` are the latest checkpoints of the runs held.
     """
 
     running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     reports: list[RunReport] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     wait_s: float = Field(0.0, ge=0.0, le=MAX_SYNC_WAIT_S)
     gpus: list[GpuReading] = Field(default_factory=list, max_length=1024)
+    checkpoints: list[Checkpointed] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
 
 
 class JobLaunch(BaseModel):
@@ -175,6 +186,9 @@ class JobLaunch(BaseModel):
     array_task_id: int | None = None
     node_rank: int = Field(0, description="this node's place in a gang, 0-based")
     node_list: list[str] = Field(default_factory=list, description="all nodes of the run")
+    checkpoint_dir: str = Field(
+        "", description="the job's checkpoint directory, the same for every run of the job"
+    )
 
 
 class JobKill(BaseModel):

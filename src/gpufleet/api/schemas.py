@@ -110,6 +110,13 @@ class JobSubmit(_Request):
     exclude: list[str] = Field(default_factory=list, max_length=MAX_NODES)
     begin: int | None = Field(None, ge=0, description="not before this Unix time")
     requeue: bool = True
+    checkpoint_s: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIME_S,
+        description="the job checkpoints about this often: preemption then loses only the "
+        "work since its last checkpoint (reported by touching $GPUFLEET_CHECKPOINT_MARK)",
+    )
     signal: str | None = Field(None, max_length=32, description="[B:]SIG[@seconds], e.g. USR1@90")
     hold: bool = False
     nice: int = Field(0, ge=-10_000, le=10_000)

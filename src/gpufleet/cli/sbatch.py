@@ -621,6 +621,13 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("requeue", None, "none", _flag("requeue", True), "may be requeued (default)"),
     _Option("no-requeue", None, "none", _flag("requeue", False), "never requeue"),
     _Option("signal", None, "required", _field("signal", parse_signal), "[B:]SIG[@seconds]"),
+    _Option(
+        "checkpoint",
+        None,
+        "required",
+        _field("checkpoint_s", lambda v: _int(v, 1, MAX_TIME_S)),
+        "checkpoints every N seconds (touching $GPUFLEET_CHECKPOINT_MARK)",
+    ),
     _Option("hold", "H", "none", _flag("hold", True), "submit held"),
     _Option("nice", None, "optional", _nice, "lower the priority by N (default 100)"),
     _Option("export", None, "required", _export, "ALL (default), NONE, NAME[=value],..."),

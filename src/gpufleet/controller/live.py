@@ -106,6 +106,7 @@ class LiveJob:
                 constraint=spec.get("constraint") or "",
                 exclusive=bool(spec.get("exclusive")),
                 begin_time=math.ceil(self.begin_time) if self.begin_time else 0,
+                checkpoint_interval_s=spec.get("checkpoint_s"),
             )
         return self.core
 

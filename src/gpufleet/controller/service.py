@@ -42,6 +42,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,6 +61,7 @@ from gpufleet.api.agent_schemas import (
     KILL_RESEND_S,
     AgentRegister,
     AgentSync,
+    Checkpointed,
     JobKill,
     JobLaunch,
     RegisterReply,
@@ -930,6 +932,7 @@ class Controller:
             if info is None or (info.source == "config" and info.last_heartbeat is None):
                 raise NotFound(f"node {node}: not registered; register first")
             ended = self._apply_reports(node, body.reports, now)
+            self._checkpointed(body.checkpoints, now)
             info.last_heartbeat = now
             self._readings.record(node, now, body.gpus)
             came_back = info.state != "up"
@@ -1911,6 +1914,18 @@ class Controller:
 
     # -- internals: agents -------------------------------------------------------
 
+    def _checkpointed(self, checkpoints: Sequence[Checkpointed], now: float) -> None:
+        """Record runs' latest checkpoints for preemption's cost (no later than now:
+        a node's clock may run ahead)."""
+        for c in checkpoints:
+            live = self._jobs.get(c.job_id)
+            running = self.book.running.get(c.job_id)
+            if live is None or live.run != c.run or running is None:
+                continue
+            at = int(min(c.at, now))
+            if at > (running.job.last_checkpoint or 0):
+                self.book.checkpoint(c.job_id, at)
+
     def _agent_check(self, principal: Principal, node: str) -> None:
         if principal.role == "admin":
             return
@@ -2100,7 +2115,16 @@ class Controller:
             array_task_id=live.task,
             node_rank=rank,
             node_list=live.node_list,
+            checkpoint_dir=self._checkpoint_dir(live),
         )
+
+    def _checkpoint_dir(self, live: LiveJob) -> str:
+        """The job's checkpoint directory: under its partition's storage (by user, then
+        job), else under its workdir. The same for every run, so a requeue resumes."""
+        part = self.setup.partitions.get(live.partition)
+        if part is not None and part.checkpoint_dir:
+            return os.path.join(part.checkpoint_dir, live.user, live.job_id)
+        return os.path.join(live.spec["workdir"], ".gpufleet", "checkpoints", live.job_id)
 
     def _node_state(self, name: str) -> str:
         """What the node list shows. A drain shows whatever the agent's state (as

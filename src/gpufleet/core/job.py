@@ -165,6 +165,8 @@ class Partition:
     ``allowed_qos`` admit all. ``priority_job_factor`` feeds the multifactor
     partition factor; ``priority_tier`` decides preemption between partitions
     (a higher tier may preempt jobs of a lower, preemptible one).
+    ``checkpoint_dir`` is the storage the live controller gives its jobs'
+    checkpoint directories under ('' for one under each job's workdir).
     """
 
     name: str
@@ -177,6 +179,7 @@ class Partition:
     allowed_accounts: tuple[str, ...] = ()
     allowed_qos: tuple[str, ...] = ()
     preemptible: bool = True
+    checkpoint_dir: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:

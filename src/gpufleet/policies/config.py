@@ -129,6 +129,7 @@ class PartitionConfig(_Strict):
     allowed_accounts: tuple[str, ...] = ()
     allowed_qos: tuple[str, ...] = ()
     preemptible: bool = True
+    checkpoint_dir: str = ""
 
 
 class AccountConfig(_Strict):
