@@ -11,7 +11,11 @@ default pod list, deterministically (seeded), and runs the fill on each:
 * ``whole``: every share asks for a whole GPU instead;
 * ``spec33``: a third of the GPU pods may use only one or two GPU models,
   drawn from the cluster's models;
-* ``multi30``: 30% of the 1-GPU whole pods ask for 2 or 4 GPUs instead.
+* ``multi30``: 30% of the 1-GPU whole pods ask for 2 or 4 GPUs instead;
+* ``multi50``: half of the GPU pods are multi-GPU: each 1-GPU pod (whole or
+  share) is, with probability one half, replaced by one of openb's own
+  multi-GPU pods, drawn at random, so the 8-GPU pods that need more than 96
+  CPUs and 600 GiB (which only the 128-core, 768-GiB nodes hold) come often.
 
 ``python benchmarks/fill_variants.py --json`` prints, as its last line, the
 mean allocation % at 100% arrived per variant and policy.
@@ -87,6 +91,17 @@ def _multi30(pods: list[TracePod], models: list[str], rng: random.Random) -> lis
     return out
 
 
+def _multi50(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+    multi = [p.request for p in pods if p.request.gpus > 1]
+    out = []
+    for p in pods:
+        r: Request = p.request
+        if r.gpu_count == 1 and rng.random() < 0.5:
+            r = rng.choice(multi)
+        out.append(dataclasses.replace(p, request=r))
+    return out
+
+
 VARIANTS: dict[str, Variant] = {
     "cpu2x": _cpu(2),
     "cpu4x": _cpu(4),
@@ -95,6 +110,7 @@ VARIANTS: dict[str, Variant] = {
     "spec33": _spec33,
     "multi30": _multi30,
     "whole": _whole,
+    "multi50": _multi50,
 }
 
 

@@ -1,0 +1,111 @@
+"""Placement targets on openb and its variants: does ``default`` keep its lead over ``fgd``
+without turning any kind of pod away?
+
+For the bundled pod list (``openb``) and each variant of ``fill_variants.py``,
+the fill runs ``default`` and ``fgd`` on seeds 42-51 and checks, on the mean
+over seeds:
+
+* ``lead_at_100``: ``default`` minus ``fgd`` at 100% arrived (never below 0);
+* ``worst_gap``: the least of ``default`` minus ``fgd`` over arrived levels
+  50-130% (at least -0.3);
+* ``worst_refusal_excess``: the most, over request types, by which the share
+  of a type's pods that ``default`` refuses by 100% arrived exceeds ``fgd``'s,
+  in points (at most 2; types with fewer than 10 pods per seed are left out,
+  as a few pods make a noisy share);
+* ``seconds_per_run``: the median wall time of a ``default`` run (at most 5).
+
+``python benchmarks/fill_targets.py --json`` prints the result as JSON on its
+last line; ``--workers`` runs (workload, policy, seed) on that many processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+
+from fill_variants import VARIANTS
+from gpufleet.sim.fill import FillRun, run_fill
+from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, load_nodes, load_pods
+from gpufleet.sim.report import summarize
+
+MIN_PODS = 10
+
+
+def pods_of(workload: str) -> list[TracePod]:
+    base = load_pods(bundled(DEFAULT_PODS))
+    if workload == "openb":
+        return base
+    nodes = load_nodes(bundled(DEFAULT_NODES))
+    models = sorted({n.gpu_model for n in nodes if n.gpus and n.gpu_model != "A10"})
+    return VARIANTS[workload](base, models, random.Random(7))
+
+
+def one(job: tuple[str, str, int]) -> tuple[str, FillRun]:
+    workload, policy, seed = job
+    nodes = load_nodes(bundled(DEFAULT_NODES))
+    return workload, run_fill(nodes, pods_of(workload), policy, seed, record=False)
+
+
+def compare(runs: list[FillRun]) -> dict[str, float]:
+    by = {s.policy: s for s in summarize(runs)}
+    mine, theirs = by["default"], by["fgd"]
+    curves = {
+        p: [statistics.fmean(r.at(k) for r in runs if r.policy == p) for k in range(50, 131)]
+        for p in ("default", "fgd")
+    }
+    excess = [
+        t["refused_pct"] - theirs.refused_by_type[k]["refused_pct"]
+        for k, t in mine.refused_by_type.items()
+        if t["arrived"] >= MIN_PODS
+    ]
+    worst_type = max(
+        (k for k, t in mine.refused_by_type.items() if t["arrived"] >= MIN_PODS),
+        key=lambda k: (
+            mine.refused_by_type[k]["refused_pct"] - theirs.refused_by_type[k]["refused_pct"]
+        ),
+    )
+    return {
+        "default_at_100": round(mine.alloc_pct_at_100, 3),
+        "fgd_at_100": round(theirs.alloc_pct_at_100, 3),
+        "lead_at_100": round(mine.alloc_pct_at_100 - theirs.alloc_pct_at_100, 3),
+        "worst_gap": round(min(a - b for a, b in zip(*curves.values(), strict=True)), 3),
+        "worst_refusal_excess": round(max(excess), 2),
+        "worst_type": worst_type,
+        "default_first_refusal_pct": mine.first_refusal_pct,
+        "fgd_first_refusal_pct": theirs.first_refusal_pct,
+        "seconds_per_run": round(mine.seconds_per_run, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(["openb", *VARIANTS]))
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    lo, _, hi = args.seeds.partition("-")
+    seeds = list(range(int(lo), int(hi or lo) + 1))
+    workloads = args.workloads.split(",")
+    jobs = [(w, p, s) for w in workloads for p in ("default", "fgd") for s in seeds]
+    runs: dict[str, list[FillRun]] = {w: [] for w in workloads}
+    with ProcessPoolExecutor(args.workers) as pool:
+        for workload, run in pool.map(one, jobs):
+            runs[workload].append(run)
+    results = {w: compare(runs[w]) for w in workloads}
+    if not args.json:
+        for w, r in results.items():
+            print(w, r, flush=True)
+    met = all(
+        r["lead_at_100"] >= 0 and r["worst_gap"] >= -0.3 and r["worst_refusal_excess"] <= 2
+        for r in results.values()
+    )
+    print(json.dumps({"results": results, "seeds": seeds, "targets_met": met}))
+
+
+if __name__ == "__main__":
+    main()
