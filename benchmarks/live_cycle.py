@@ -86,20 +86,20 @@ def fill_store(store: Store, book: JobBook) -> None:
         {"name": n.name, "inventory": {}, "gpu_uuids": [], "source": "config", "state": "up"}
         for n in book.state.nodes
     ]
-    rows = []
+    running = []
     pk = 0
     for r in book.running.values():
         pk += 1
         start = float(r.job.start_time or 0)
         placed = start_row(book.placements(r.assignments), r.assignments, run=1, start_time=start)
-        rows.append(job_row(pk, r.job) | placed)
-    for job in book.pending.values():
-        pk += 1
-        rows.append(job_row(pk, job))
+        running.append(job_row(pk, r.job) | placed)
+    pending = [job_row(pk + k, job) for k, job in enumerate(book.pending.values(), 1)]
     with store.write() as conn:
         conn.execute(t.nodes.insert(), nodes)
-        for i in range(0, len(rows), 5_000):
-            conn.execute(t.jobs.insert(), rows[i : i + 5_000])
+        # Apart: one insert's rows must have the same columns, and pending rows have fewer.
+        for rows in (running, pending):
+            for i in range(0, len(rows), 5_000):
+                conn.execute(t.jobs.insert(), rows[i : i + 5_000])
 
 
 def timed(fn: Any) -> float:

@@ -50,29 +50,26 @@ GPU_STATES: tuple[GpuState, ...] = (
 )
 OFFLINE_NODES = frozenset({"down", "unknown"})
 DRAINED_NODES = frozenset({"drain", "draining"})
+GpuKey = tuple[int, int]
+"""A GPU by (node index, GPU index) in the cluster state."""
 MAX_EVENTS = 100
 """A node page lists at most this many of the node's latest events."""
 
 
-class MapGpu(BaseModel):
-    """One GPU cell of the map."""
-
-    index: int
-    state: GpuState
-    used_milli: int = Field(0, description="milli-GPU held by whole and shared jobs")
-    mig_used: int = Field(0, description="MIG instances held")
-    mig_total: int = Field(0, description="MIG instances configured")
-    jobs: list[str] = Field(default_factory=list, description="ids of the jobs holding it")
-    util_pct: float | None = Field(None, description="utilisation at the last reading")
-    health: str = Field("", description="why the agent judged it unhealthy")
-
-
 class MapNode(BaseModel):
+    """One node of the map; its GPUs in columns, one entry per GPU in index order."""
+
     name: str
     state: NodeStateName
     reason: str = ""
     model: str = Field("", description="the model of its first GPU")
-    gpus: list[MapGpu] = Field(default_factory=list)
+    gpus: list[GpuState] = Field(description="each GPU's state")
+    used_milli: list[int] = Field(description="milli-GPU held by whole and shared jobs")
+    mig_used: list[int] = Field(description="MIG instances held")
+    mig_total: list[int] = Field(description="MIG instances configured (0: no MIG)")
+    jobs: list[list[str]] = Field(description="ids of the jobs holding each GPU")
+    util_pct: list[float | None] = Field(description="utilisation at the last reading")
+    health: list[str] = Field(description="why the agent judged a GPU unhealthy")
 
 
 class MapJob(BaseModel):
@@ -81,11 +78,15 @@ class MapJob(BaseModel):
     user: str
     account: str
     name: str
-    partition: str
 
 
 class ClusterMap(BaseModel):
-    """Every node and GPU with its state and holders, and the counts the page heads with."""
+    """Every node and GPU with its state and holders, and the counts the page heads with.
+
+    A node's GPUs come in columns (``gpus``, ``used_milli``, ...) rather than
+    one object each: 8,000 GPUs then cost 1,000 objects, in the server and
+    on the wire.
+    """
 
     time: float
     nodes: list[MapNode]
@@ -134,10 +135,11 @@ def cluster_map(
     """The map of ``nodes`` (each with the state the node list shows) over ``state``.
 
     ``jobs`` are the active jobs; ``viewer`` is the user whose jobs are shown
-    with their owners, None for an operator (every job is).
+    with their owners, None for an operator (every job is). Built as plain
+    data and validated once: a model per GPU would cost more than the rest.
     """
     holders: dict[tuple[str, int], list[str]] = defaultdict(list)
-    shown: dict[str, MapJob] = {}
+    shown: dict[str, dict[str, str]] = {}
     running = pending = 0
     for job in jobs:
         if job.state == "PENDING":
@@ -148,9 +150,7 @@ def cluster_map(
             for g in p["gpus"]:
                 holders[p["node"], g].append(job.job_id)
         if viewer is None or job.user == viewer:
-            shown[job.job_id] = MapJob(
-                user=job.user, account=job.account, name=job.name, partition=job.partition
-            )
+            shown[job.job_id] = {"user": job.user, "account": job.account, "name": job.name}
     mig_total, mig_used = _mig_counts(state)
     milli_used = (state.gpu_milli_total - state.gpu_milli_free).tolist()
     counts = dict.fromkeys(GPU_STATES, 0)
@@ -160,53 +160,56 @@ def cluster_map(
         i = state.index[name]
         seen = readings.get(name)
         by_index = {r.index: r for r in seen.gpus} if seen is not None else {}
-        cells = []
-        for gpu in info.node.gpus:
-            g = gpu.index
-            reading = by_index.get(g)
-            cell = MapGpu(
-                index=g,
-                state="free",
-                used_milli=milli_used[i][g],
-                mig_used=mig_used.get((i, g), 0),
-                mig_total=mig_total.get((i, g), 0),
-                jobs=holders.get((name, g), []),
-                util_pct=reading.util_pct if reading is not None else None,
-                health=reading.health_reason if reading is not None else "",
-            )
-            cell.state = _gpu_state(node_state, cell, reading)
-            counts[cell.state] += 1
-            cells.append(cell)
+        indices = [gpu.index for gpu in info.node.gpus]
+        used = [milli_used[i][g] for g in indices]
+        migs = [mig_total.get((i, g), 0) for g in indices]
+        found = [by_index.get(g) for g in indices]
+        states = [
+            _gpu_state(node_state, r, m, u) for r, m, u in zip(found, migs, used, strict=True)
+        ]
+        for gpu_state in states:
+            counts[gpu_state] += 1
         out.append(
-            MapNode(
-                name=name,
-                state=node_state,
-                reason=info.reason,
-                model=info.node.gpus[0].model if info.node.gpus else "",
-                gpus=cells,
-            )
+            {
+                "name": name,
+                "state": node_state,
+                "reason": info.reason,
+                "model": info.node.gpus[0].model if info.node.gpus else "",
+                "gpus": states,
+                "used_milli": used,
+                "mig_used": [mig_used.get((i, g), 0) for g in indices],
+                "mig_total": migs,
+                "jobs": [holders.get((name, g), []) for g in indices],
+                "util_pct": [r.util_pct if r else None for r in found],
+                "health": [r.health_reason if r else "" for r in found],
+            }
         )
-    return ClusterMap(
-        time=now, nodes=out, jobs=shown, gpus=counts, running=running, pending=pending
+    return ClusterMap.model_validate(
+        {
+            "time": now,
+            "nodes": out,
+            "jobs": shown,
+            "gpus": counts,
+            "running": running,
+            "pending": pending,
+        }
     )
 
 
-def _gpu_state(node_state: str, cell: MapGpu, reading: GpuReading | None) -> GpuState:
+def _gpu_state(
+    node_state: str, reading: GpuReading | None, mig_total: int, used_milli: int
+) -> GpuState:
     if node_state in OFFLINE_NODES:
         return "offline"
     if reading is not None and not reading.healthy:
         return "unhealthy"
     if node_state in DRAINED_NODES:
         return "draining"
-    if cell.mig_total:
+    if mig_total:
         return "mig"
-    if cell.used_milli >= 1000:
+    if used_milli >= 1000:
         return "allocated"
-    return "shared" if cell.used_milli else "free"
-
-
-GpuKey = tuple[int, int]
-"""A GPU by (node index, GPU index) in the cluster state."""
+    return "shared" if used_milli else "free"
 
 
 def _mig_counts(state: ClusterState) -> tuple[dict[GpuKey, int], dict[GpuKey, int]]:

@@ -85,14 +85,15 @@ function gpusOf(job) {
 
 // -- the cluster map --------------------------------------------------------------------
 
-function cellText(node, gpu, jobs) {
-  const lines = [node.name + " GPU " + gpu.index + " (" + node.model + "): " + gpu.state];
-  if (gpu.mig_total) lines.push("MIG instances held: " + gpu.mig_used + " of " + gpu.mig_total);
-  else if (gpu.used_milli) lines.push("held: " + gpu.used_milli / 1000 + " GPU");
-  if (gpu.util_pct !== null) lines.push("utilisation: " + gpu.util_pct.toFixed(0) + "%");
-  if (gpu.health) lines.push("health: " + gpu.health);
+// The map's nodes carry their GPUs in columns: gpus[g] is GPU g's state, jobs[g] its holders.
+function cellText(node, g, jobs) {
+  const lines = [node.name + " GPU " + g + " (" + node.model + "): " + node.gpus[g]];
+  if (node.mig_total[g]) lines.push("MIG instances held: " + node.mig_used[g] + " of " + node.mig_total[g]);
+  else if (node.used_milli[g]) lines.push("held: " + node.used_milli[g] / 1000 + " GPU");
+  if (node.util_pct[g] !== null) lines.push("utilisation: " + node.util_pct[g].toFixed(0) + "%");
+  if (node.health[g]) lines.push("health: " + node.health[g]);
   if (node.reason) lines.push("node: " + node.state + ", " + node.reason);
-  for (const id of gpu.jobs) {
+  for (const id of node.jobs[g]) {
     const job = jobs[id];
     lines.push(job ? "job " + id + " " + job.name + ": " + job.user + " (" + job.account + ")" : "job " + id);
   }
@@ -110,7 +111,7 @@ async function mapPage() {
   const fragment = document.createDocumentFragment();
   map.nodes.forEach((node, n) => {
     const block = el("a", { class: "node", href: "#/nodes/" + encodeURIComponent(node.name), "data-node": n, "aria-label": node.name + " " + node.state });
-    node.gpus.forEach((gpu, g) => block.append(el("span", { class: "gpu s-" + gpu.state, "data-gpu": g })));
+    node.gpus.forEach((state, g) => block.append(el("span", { class: "gpu s-" + state, "data-gpu": g })));
     fragment.append(block);
   });
   grid.append(fragment);
@@ -118,8 +119,7 @@ async function mapPage() {
   grid.addEventListener("mousemove", (event) => {
     const cell = event.target.closest(".gpu");
     if (!cell) { tip.hidden = true; return; }
-    const node = map.nodes[cell.parentElement.dataset.node];
-    tip.textContent = cellText(node, node.gpus[cell.dataset.gpu], map.jobs);
+    tip.textContent = cellText(map.nodes[cell.parentElement.dataset.node], Number(cell.dataset.gpu), map.jobs);
     tip.style.left = Math.min(event.clientX + 12, window.innerWidth - 300) + "px";
     tip.style.top = event.clientY + 12 + "px";
     tip.hidden = false;
