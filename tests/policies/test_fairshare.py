@@ -342,6 +342,23 @@ def test_fair_tree_merges_tied_sibling_accounts() -> None:
     assert [table.factor[tree.user(a, u)] for a, u in order] == [1.0, 0.75, 0.5, 0.25]
 
 
+def test_fair_tree_can_visit_tied_sibling_accounts_in_turn_as_slurms_code_does() -> None:
+    tree = AccountTree(
+        [Account("a"), Account("b"), Account("c")],
+        [User("a1", "a"), User("a2", "a"), User("b1", "b"), User("c1", "c")],
+    )
+    usage = usage_of(tree, a__a1=2.0, a__a2=8.0, b__b1=10.0, c__c1=20.0)
+    # a and b tie (LF 4/3) as above. In turn: a's users first, a1 4/4 and a2 3/4; then
+    # b, tied, so its first user b1 shares a2's rank 3/4; c1 is the fourth met: 1/4.
+    table = fair_tree(tree, usage, tied_accounts="in_turn")
+    order = [("a", "a1"), ("a", "a2"), ("b", "b1"), ("c", "c1")]
+    assert [table.factor[tree.user(a, u)] for a, u in order] == [1.0, 0.75, 0.75, 0.25]
+    # the profile option reaches the factors
+    args = FairshareArgs(tied_accounts="in_turn")
+    assert factors(tree, usage, args).tolist() == table.factor.tolist()
+    assert factors(tree, usage, FairshareArgs()).tolist() == fair_tree(tree, usage).factor.tolist()
+
+
 def test_fair_tree_user_tied_with_a_sibling_account_shares_its_first_rank() -> None:
     tree = AccountTree([Account("a"), Account("sub", "a")], [User("u", "a"), User("s1", "sub")])
     # neither u nor sub has usage: both inf under a; u sorts first, sub's s1 ties with it

@@ -28,7 +28,7 @@ from gpufleet.core.job import QoS
 from gpufleet.core.model import MILLI
 from gpufleet.core.state import ClusterState
 from gpufleet.engine.ledger import UsageLedger
-from gpufleet.policies.fairshare import FairshareArgs, billable_gpu_seconds, classic, fair_tree
+from gpufleet.policies.fairshare import FairshareArgs, billable_gpu_seconds, fairshare_table
 
 FORGOTTEN_HALF_LIVES = 40
 """Runs that ended this many half-lives ago weigh under 1e-12 of their usage: skipped."""
@@ -105,10 +105,7 @@ def table(book_ledger: UsageLedger, now: int) -> list[FairshareRow]:
     """
     tree, args = book_ledger.tree, book_ledger.args
     usage = book_ledger.current(now).usage
-    if args.algorithm == "classic":
-        fs = classic(tree, usage, dampening_factor=args.dampening_factor)
-    else:
-        fs = fair_tree(tree, usage)
+    fs = fairshare_table(tree, usage, args)
     rows = []
     for i in range(1, len(tree)):
         is_user = bool(tree.is_user[i])

@@ -66,6 +66,12 @@ class FairshareArgs(BaseModel):
         ge=1.0,
         description="FairShareDampeningFactor: classic only, softens the factor's fall.",
     )
+    tied_accounts: Literal["merged", "in_turn"] = Field(
+        "merged",
+        description="Fair Tree only: sibling accounts of equal Level FS have their users "
+        "ranked together (merged, as Slurm's documentation describes) or one account "
+        "after another (in_turn, as Slurm's code does).",
+    )
 
     def billing_weight(self, model: str) -> float:
         return self.gpu_billing_weights.get(model, 1.0)
@@ -186,7 +192,12 @@ def classic(
     return FairshareTable(norm_shares, raw, norm_usage, effective, level_fs, factor)
 
 
-def fair_tree(tree: AccountTree, usage: FloatArray) -> FairshareTable:
+def fair_tree(
+    tree: AccountTree,
+    usage: FloatArray,
+    *,
+    tied_accounts: Literal["merged", "in_turn"] = "merged",
+) -> FairshareTable:
     """Slurm's Fair Tree: users ranked by a depth-first walk in descending Level Fairshare.
 
     Siblings are visited by descending LF = S / U, where S and U are shares
@@ -194,24 +205,32 @@ def fair_tree(tree: AccountTree, usage: FloatArray) -> FairshareTable:
     (from 0) gets (N - k) / N, so the best-served user gets 1/N and the
     first 1. Ties, as Slurm resolves them: sibling users with equal LF share
     the rank of the first of them; a user sorts before a sibling account of
-    equal LF and that account's first user shares the user's rank; sibling
-    accounts of equal LF have their children merged and ranked together.
+    equal LF and that account's first user shares the user's rank. Sibling
+    accounts of equal LF have their children merged and ranked together
+    (``tied_accounts="merged"``, Slurm's documentation), or are visited one
+    after another, each one's first user sharing the rank of the user met
+    just before (``"in_turn"``, what Slurm's code does).
     """
     raw, _, local_u, level_fs = _levels(tree, usage)
     factor = np.zeros(len(tree))
     n_users = tree.n_users
-    ranker = _Ranker(tree, level_fs, factor, n_users)
+    ranker = _Ranker(tree, level_fs, factor, n_users, merge=tied_accounts == "merged")
     ranker.visit(list(tree.children[0]), tied_in=False)
     total = raw[0]
     norm_usage = raw / total if total > 0 else np.zeros(len(tree))
     return FairshareTable(tree.normalized_shares(), raw, norm_usage, local_u, level_fs, factor)
 
 
+def fairshare_table(tree: AccountTree, usage: FloatArray, args: FairshareArgs) -> FairshareTable:
+    """The ``sshare -l`` table of the algorithm ``args`` selects."""
+    if args.algorithm == "classic":
+        return classic(tree, usage, dampening_factor=args.dampening_factor)
+    return fair_tree(tree, usage, tied_accounts=args.tied_accounts)
+
+
 def factors(tree: AccountTree, usage: FloatArray, args: FairshareArgs) -> FloatArray:
     """Fairshare factor per association with the algorithm ``args`` selects."""
-    if args.algorithm == "classic":
-        return classic(tree, usage, dampening_factor=args.dampening_factor).factor
-    return fair_tree(tree, usage).factor
+    return fairshare_table(tree, usage, args).factor
 
 
 def _levels(
@@ -235,10 +254,17 @@ class _Ranker:
     """Fair Tree's depth-first walk; ``rank`` is shared by ties, ``untied`` counts down."""
 
     def __init__(
-        self, tree: AccountTree, level_fs: FloatArray, factor: FloatArray, n_users: int
+        self,
+        tree: AccountTree,
+        level_fs: FloatArray,
+        factor: FloatArray,
+        n_users: int,
+        *,
+        merge: bool,
     ) -> None:
         self.tree, self.level_fs, self.factor, self.n_users = tree, level_fs, factor, n_users
         self.rank = self.untied = n_users
+        self.merge = merge
 
     def visit(self, siblings: list[int], tied_in: bool) -> None:
         lf, is_user = self.level_fs, self.tree.is_user
@@ -263,7 +289,7 @@ class _Ranker:
                 continue
             group = [i]
             k += 1
-            while k < len(order) and tie[order[k]] == tie[i]:
+            while self.merge and k < len(order) and tie[order[k]] == tie[i]:
                 group.append(order[k])
                 k += 1
             self.visit([c for a in group for c in self.tree.children[a]], tied)
