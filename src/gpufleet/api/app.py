@@ -22,6 +22,7 @@ from gpufleet.api.routers import (
     dashboard,
     health,
     jobs,
+    metrics,
     nodes,
     tokens,
     usage,
@@ -48,7 +49,7 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
     app.state.stopping = False  # see routers.agents.stop_long_polls
     problems.install(app)
     app.add_middleware(problems.Guard, max_body=max_body_bytes)
-    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents, dashboard):
+    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents, dashboard, metrics):
         app.include_router(module.router)
     app.include_router(web.router())
 

@@ -44,6 +44,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -100,6 +101,7 @@ from gpufleet.controller.live import (
     start_row,
 )
 from gpufleet.controller.loop import SchedulerLoop
+from gpufleet.controller.metrics import Observation, SchedulerMetrics, observe
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
 from gpufleet.controller.setup import ControllerSetup
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
@@ -229,6 +231,7 @@ class Controller:
         self._derive()
         self.book = JobBook((), setup.qos, setup.partitions, reservations=setup.reservations)
         self.cycles = 0
+        self.metrics = SchedulerMetrics()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -494,6 +497,7 @@ class Controller:
                 live = [LiveJob.from_values(r, shared, dependency) for r in rows]
                 with self._intake_lock:
                     self._intake.append((live, request, int(now)))
+                self.metrics.submitted.labels(partition).inc(len(live))
                 self._wake()
             except BaseException as e:  # a bug: the caller must hear of it, not hang
                 answer.set_exception(e)
@@ -804,6 +808,23 @@ class Controller:
         if not principal.is_operator:
             out = [r for r in out if r.user in (None, principal.user)]
         return out
+
+    def observe(self) -> Observation:
+        """The queue, nodes, GPU holders and fairshare as ``/metrics`` reports them: read
+        from memory under the lock, never from the store. The route checks the role."""
+        with self._lock:
+            return observe(
+                now=self.clock.now(),
+                jobs=self._jobs.values(),
+                nodes=self._nodes,
+                node_state=self._node_state,
+                on_node=self._on_node,
+                job=self._live,
+                state=self.book.state,
+                partitions=self.setup.partitions.values(),
+                ledger=self.book.ledger,
+                heartbeat_interval_s=self.setup.heartbeat_interval_s,
+            )
 
     # -- accounting --------------------------------------------------------------
 
@@ -1354,6 +1375,7 @@ class Controller:
                 raise
 
     def _cycle(self) -> None:
+        began = time.perf_counter()
         now = self.clock.now()
         inow = int(now)
         self.cycles += 1
@@ -1394,6 +1416,12 @@ class Controller:
             mode = "preempt-requeue" if end.outcome == "requeued" else "preempt-cancel"
             changes.append(self._end_change(live, mode, None, None, now, ""))
         self._commit(changes, statements)
+        self.metrics.cycle(
+            time.perf_counter() - began,
+            plan.stats,
+            started=[self._live(s.job_id).partition for s in effects.started],
+            preempted=[self._live(p.job_id).partition for p in plan.preemptions],
+        )
 
     def _commit(self, changes: list[Change], statements: Sequence[sa.Executable] = ()) -> None:
         """Persist every change (and ``statements``) in one transaction, then apply the
@@ -1528,6 +1556,7 @@ class Controller:
                 self._on_node[name].discard(job.job_id)
             job.kill = None
             if requeue:
+                self.metrics.requeued.labels(job.partition).inc()
                 job.state, job.reason, job.start_time = "PENDING", "", None
                 job.restart_count += 1
                 job.placements = []
@@ -1854,6 +1883,7 @@ class Controller:
         }
 
         def after(job: LiveJob) -> None:
+            self.metrics.requeued.labels(job.partition).inc()
             job.state, job.restart_count, job.placements = "PENDING", row.restart_count + 1, []
             self._final.pop(job.job_id, None)
             self._add_live(job)
@@ -2294,13 +2324,15 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-_RANK = {"node": 0, "user": 1, "operator": 2, "admin": 3}
+_RANK = {"node": 0, "metrics": 0, "user": 1, "operator": 2, "admin": 3}
 _SYSTEM = Principal(user="system", role="admin")
 
 
 def _require(principal: Principal, role: Role) -> None:
-    """Forbidden unless ``principal`` has ``role`` or a higher one (node tokens rank lowest)."""
-    if _RANK[principal.role] < _RANK[role] or (principal.role == "node" and role != "node"):
+    """Forbidden unless ``principal`` has ``role`` or a higher one (node and metrics tokens
+    rank lowest, each only its own)."""
+    lowest = principal.role in ("node", "metrics") and role != principal.role
+    if _RANK[principal.role] < _RANK[role] or lowest:
         raise Forbidden(f"needs the {role} role")
 
 

@@ -268,6 +268,7 @@ class _Cycle:
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
+        self.backfilled = 0
         self.planned_count = 0
         self.events = 0  # steps that changed what later jobs would see; see _walk
         self.bulk = all(isinstance(a, BulkAdmission) for a in profile.admission)
@@ -291,6 +292,7 @@ class _Cycle:
         plan.stats.update(
             tested=float(self.tested),
             started=float(len(plan.starts)),
+            backfilled=float(self.backfilled),
             planned=float(len(plan.expected_start)),
             preempted=float(len(plan.preemptions)),
         )
@@ -528,6 +530,8 @@ class _Cycle:
         return taken
 
     def _record_start(self, job: Job, placed: list[Assignment]) -> None:
+        if job.partition in self.waiting:
+            self.backfilled += 1  # ahead of a job its partition keeps waiting, as Slurm counts
         self.plan.starts[job.id] = placed
         self.tally.add(job)
         end = self.now + job.time_limit_s

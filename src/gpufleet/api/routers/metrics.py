@@ -1,0 +1,37 @@
+"""Prometheus metrics: the scheduler's series and the GPUs' under dcgm-exporter's names.
+
+Authenticated like every route: Prometheus sends a bearer token
+(``authorization`` in its scrape config). A ``metrics`` token may read this
+route and nothing else, so the secret a Prometheus server holds cannot
+submit, cancel or read jobs; operators and admins may read it too. Users may
+not: the series name every job's user and account.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+
+from gpufleet.adapters.prometheus import exposition
+from gpufleet.api.auth import ControllerDep, require
+from gpufleet.controller.service import Principal
+
+router = APIRouter(tags=["metrics"])
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+"""What ``generate_latest`` writes, and what every Prometheus version reads."""
+
+Scraper = Annotated[Principal, Depends(require("metrics", "operator", "admin"))]
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {TEXT_FORMAT: {}}, "description": "the text format"}},
+)
+def metrics(_: Scraper, controller: ControllerDep) -> Response:
+    """Queue, scheduler, node, partition, fairshare and per-GPU series, read at scrape time
+    (``docs/metrics.md`` lists them)."""
+    return Response(exposition(controller), media_type=TEXT_FORMAT)
