@@ -359,6 +359,17 @@ def test_fair_tree_can_visit_tied_sibling_accounts_in_turn_as_slurms_code_does()
     assert factors(tree, usage, FairshareArgs()).tolist() == fair_tree(tree, usage).factor.tolist()
 
 
+def test_fair_tree_shows_norm_shares_among_siblings_as_sshare_does() -> None:
+    tree, usage = slurm_example()
+    table = fair_tree(tree, usage)
+    # B holds 30 of A's 40 shares: 0.75 (the whole-cluster 0.3 is classic's); u1 is
+    # B's only user: 1; u2 one of C's two: 0.5; D 60 of 100: 0.6.
+    names = [("B", None), ("B", "u1"), ("C", "u2"), ("D", None)]
+    index = [tree.user(a, u) if u else tree.account(a) for a, u in names]
+    assert table.norm_shares[index] == pytest.approx([0.75, 1.0, 0.5, 0.6])
+    assert classic(tree, usage).norm_shares[index] == pytest.approx([0.3, 0.3, 0.05, 0.6])
+
+
 def test_fair_tree_user_tied_with_a_sibling_account_shares_its_first_rank() -> None:
     tree = AccountTree([Account("a"), Account("sub", "a")], [User("u", "a"), User("s1", "sub")])
     # neither u nor sub has usage: both inf under a; u sorts first, sub's s1 ties with it

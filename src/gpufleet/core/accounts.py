@@ -177,6 +177,10 @@ class AccountTree:
             total[self.parent[i]] += total[i]
         return total
 
+    def local_shares(self) -> FloatArray:
+        """Each association's shares over its siblings' (Fair Tree's "Norm Shares")."""
+        return np.asarray(self.shares / self.sibling_shares, dtype=np.float64)
+
     def normalized_shares(self) -> FloatArray:
         """Each association's fraction of the whole cluster (Slurm's "Norm Shares").
 

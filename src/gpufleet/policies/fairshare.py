@@ -146,7 +146,9 @@ def _billing_weight(r: RunningJob, state: ClusterState, args: FairshareArgs) -> 
 class FairshareTable:
     """What ``sshare -l`` shows, one entry per association of the tree.
 
-    ``usage`` is the rolled-up raw usage. ``norm_usage`` is that over the
+    ``norm_shares`` is classic's share of the whole cluster, or Fair Tree's
+    share among siblings (as ``sshare`` shows each). ``usage`` is the
+    rolled-up raw usage. ``norm_usage`` is that over the
     cluster total and ``effective_usage`` the algorithm's U: classic's U_E, or
     Fair Tree's usage over the parent's. ``level_fs`` is S / U among siblings
     (infinite without usage). ``factor`` is the fairshare factor in [0, 1]; it
@@ -218,7 +220,7 @@ def fair_tree(
     ranker.visit(list(tree.children[0]), tied_in=False)
     total = raw[0]
     norm_usage = raw / total if total > 0 else np.zeros(len(tree))
-    return FairshareTable(tree.normalized_shares(), raw, norm_usage, local_u, level_fs, factor)
+    return FairshareTable(tree.local_shares(), raw, norm_usage, local_u, level_fs, factor)
 
 
 def fairshare_table(tree: AccountTree, usage: FloatArray, args: FairshareArgs) -> FairshareTable:
