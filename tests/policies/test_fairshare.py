@@ -9,10 +9,19 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from builders import cluster, node
-from gpufleet.core.accounts import ROOT, Account, AccountTree, AccountUsage, FloatArray, User
+from gpufleet.core.accounts import (
+    PARENT,
+    ROOT,
+    Account,
+    AccountTree,
+    AccountUsage,
+    FloatArray,
+    User,
+)
 from gpufleet.core.job import Job, JobState, QoS, RunningJob
 from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.state import Assignment
+from gpufleet.policies.config import Policy, PolicyConfig
 from gpufleet.policies.fairshare import (
     FairshareArgs,
     accrue,
@@ -58,6 +67,7 @@ def usage_of(tree: AccountTree, **by_user: float) -> FloatArray:
         ([Account("a")], [User("u", "b")], "users.u.account", "unknown account 'b'"),
         ([Account("a")], [User("u", "a", shares=0)], "users.u.shares", "got 0"),
         ([Account("a")], [User("u", "a"), User("u", "a")], "users.u", "'a' twice"),
+        ([Account("a")], [User("u", "a", "mine")], "users.u.shares", "or 'parent', got 'mine'"),  # type: ignore[arg-type]
     ],
 )
 def test_tree_rejects_naming_the_key(
@@ -370,6 +380,47 @@ def test_fair_tree_shows_norm_shares_among_siblings_as_sshare_does() -> None:
     assert classic(tree, usage).norm_shares[index] == pytest.approx([0.3, 0.3, 0.05, 0.6])
 
 
+def parent_tree() -> tuple[AccountTree, FloatArray]:
+    """Accounts A and B of one share each; x and y hold a share each in A, p takes
+    A's fairshare (FairShare=parent); w is in B. x used 3, p 1, y and w nothing."""
+    tree = AccountTree(
+        [Account("A"), Account("B")],
+        [User("x", "A"), User("y", "A"), User("p", "A", PARENT), User("w", "B")],
+    )
+    return tree, usage_of(tree, A__x=3.0, A__p=1.0)
+
+
+def test_a_parent_user_is_left_out_of_its_siblings_share_sum() -> None:
+    tree, _ = parent_tree()
+    x, y, p = (tree.user("A", u) for u in "xyp")
+    # x and y split A's 1/2 between them, 1/4 each (not 1/6 as with p holding a share);
+    # p shows A's own share.
+    assert tree.normalized_shares()[[x, y, p]] == pytest.approx([0.25, 0.25, 0.5])
+    assert tree.local_shares()[[x, y, p]] == pytest.approx([0.5, 0.5, 0.5])
+    assert tree.use_parent.tolist() == [u in (p,) for u in range(len(tree))]
+
+
+def test_classic_gives_a_parent_user_its_accounts_usage_and_shares() -> None:
+    tree, usage = parent_tree()
+    table = classic(tree, usage)
+    x, y, p, w = (tree.user(a, u) for a, u in (("A", "x"), ("A", "y"), ("A", "p"), ("B", "w")))
+    # A: U = U_E = 4/4 = 1, S = 1/2 -> 2^(-2) = 0.25, and so p.
+    # x: U_E = 0.75 + (1 - 0.75) x 1/2 = 0.875, S = 0.25 -> 2^(-3.5); y: 0.5 / 0.25 -> 2^(-2)
+    assert table.effective_usage[p] == table.effective_usage[tree.account("A")] == 1.0
+    assert table.factor[[x, y, p, w]] == pytest.approx([2**-3.5, 0.25, 0.25, 1.0])
+
+
+def test_fair_tree_ranks_a_parent_user_first_among_its_siblings() -> None:
+    tree, _ = parent_tree()
+    table = fair_tree(tree, usage_of(tree, A__x=3.0, A__p=1.0, A__y=0.5))
+    # B (no usage, LF inf) before A. Under A, of 4.5 used: p has LF inf despite its
+    # usage; y 0.5 / (0.5 / 4.5) = 4.5; x 0.5 / (3 / 4.5) = 0.75. As shares=1, p
+    # would have 1/3 / (1 / 4.5) = 1.5 and come after y.
+    order = [("B", "w"), ("A", "p"), ("A", "y"), ("A", "x")]
+    assert [table.factor[tree.user(a, u)] for a, u in order] == [1.0, 0.75, 0.5, 0.25]
+    assert table.level_fs[tree.user("A", "p")] == np.inf
+
+
 def test_fair_tree_user_tied_with_a_sibling_account_shares_its_first_rank() -> None:
     tree = AccountTree([Account("a"), Account("sub", "a")], [User("u", "a"), User("s1", "sub")])
     # neither u nor sub has usage: both inf under a; u sorts first, sub's s1 ties with it
@@ -509,3 +560,13 @@ def test_factors_lie_in_zero_one_for_any_usage(tree: AccountTree, data: st.DataO
     for algorithm in (classic, fair_tree):
         factor = algorithm(tree, usage).factor
         assert np.all((factor >= 0) & (factor <= 1))
+
+
+def test_a_policy_file_may_give_a_user_its_accounts_fairshare() -> None:
+    config = PolicyConfig.model_validate(
+        {"accounts": [{"name": "a"}], "users": [{"name": "u", "account": "a", "shares": "parent"}]}
+    )
+    tree = Policy(config).accounts
+    assert tree.use_parent[tree.user("a", "u")]
+    with pytest.raises(ValidationError, match="shares"):
+        PolicyConfig.model_validate({"users": [{"name": "u", "account": "a", "shares": "mine"}]})

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,8 @@ BoolArray = npt.NDArray[np.bool_]
 
 ROOT = "root"
 """The implicit top of every tree; accounts with this parent hang off the whole cluster."""
+PARENT: Final = "parent"
+"""A user's shares that stand for its account's (Slurm's ``FairShare=parent``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +51,16 @@ class Account:
 
 @dataclass(frozen=True, slots=True)
 class User:
-    """A user's association with one account; a user may hold several."""
+    """A user's association with one account; a user may hold several.
+
+    ``shares`` of ``PARENT`` (Slurm's ``FairShare=parent``): the user is left
+    out of its siblings' share sum and takes its account's fairshare (see
+    ``policies.fairshare``).
+    """
 
     name: str
     account: str
-    shares: float = 1.0
+    shares: float | Literal["parent"] = 1.0
     priority: int | None = None
 
 
@@ -112,6 +120,7 @@ class AccountTree:
 
         # account -> user -> index: two lookups allocate nothing, unlike a tuple key
         self._users: dict[str, dict[str, int]] = {}
+        parent_users: list[int] = []
         for user in users:
             key = f"users.{user.name}"
             if not user.name:
@@ -121,8 +130,19 @@ class AccountTree:
             members = self._users.setdefault(user.account, {})
             if user.name in members:
                 raise InvalidSpec(key, f"associated with account {user.account!r} twice")
-            _check(key, user.shares, user.priority)
-            members[user.name] = add(user.name, index[user.account], user.shares, user.priority)
+            if isinstance(user.shares, str):
+                if user.shares != PARENT:
+                    raise InvalidSpec(
+                        f"{key}.shares",
+                        f"must be a positive number or {PARENT!r}, got {user.shares!r}",
+                    )
+                _check(key, 1.0, user.priority)
+                parent_users.append(len(names))
+                raw = 0.0  # counts in no sibling's share sum
+            else:
+                _check(key, user.shares, user.priority)
+                raw = user.shares
+            members[user.name] = add(user.name, index[user.account], raw, user.priority)
 
         self._accounts = index
         self.names: tuple[str, ...] = tuple(names)
@@ -130,6 +150,8 @@ class AccountTree:
         self.shares: FloatArray = np.array(shares, dtype=np.float64)
         self.priority: IntArray = np.array(priority, dtype=np.int64)
         self.is_user: BoolArray = np.arange(len(names)) >= n_accounts
+        self.use_parent: BoolArray = np.zeros(len(names), dtype=np.bool_)
+        self.use_parent[parent_users] = True
         kids: list[list[int]] = [[] for _ in names]
         for i in range(1, len(names)):
             kids[parent[i]].append(i)
@@ -178,19 +200,27 @@ class AccountTree:
         return total
 
     def local_shares(self) -> FloatArray:
-        """Each association's shares over its siblings' (Fair Tree's "Norm Shares")."""
-        return np.asarray(self.shares / self.sibling_shares, dtype=np.float64)
+        """Each association's shares over its siblings' (Fair Tree's "Norm Shares").
+
+        A ``PARENT`` user shows its account's, as Slurm does.
+        """
+        local = np.divide(
+            self.shares, self.sibling_shares, out=np.zeros(len(self)), where=self.sibling_shares > 0
+        )
+        return np.where(self.use_parent, local[np.maximum(self.parent, 0)], local)
 
     def normalized_shares(self) -> FloatArray:
-        """Each association's fraction of the whole cluster (Slurm's "Norm Shares").
+        """Each association's fraction of the whole cluster (classic's "Norm Shares").
 
         A node's share of its parent times the parent's normalised share; the
-        root is 1 and the users of the tree together hold at most 1.
+        root is 1 and the users of the tree together hold at most 1. A
+        ``PARENT`` user has its account's (and is not counted in that sum).
         """
-        local = self.shares / self.sibling_shares
+        local = self.local_shares()
         norm = np.ones(len(self))
         for i in range(1, len(self)):
-            norm[i] = local[i] * norm[self.parent[i]]
+            p = self.parent[i]
+            norm[i] = norm[p] if self.use_parent[i] else local[i] * norm[p]
         return norm
 
 

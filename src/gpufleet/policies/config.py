@@ -142,7 +142,7 @@ class AccountConfig(_Strict):
 class UserConfig(_Strict):
     name: str
     account: str
-    shares: float = 1.0
+    shares: float | Literal["parent"] = 1.0  # "parent": Slurm's FairShare=parent
     priority: int | None = None
 
 

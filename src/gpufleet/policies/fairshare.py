@@ -177,7 +177,8 @@ def classic(
     defaults to everything charged in the tree; a larger total (the machine's
     capacity over the period, say) leaves part of the cluster unaccounted for.
     Top-level accounts have U_E = U; below them
-    U_E = U + (U_E,parent - U) x shares / siblings' shares.
+    U_E = U + (U_E,parent - U) x shares / siblings' shares. A ``PARENT`` user
+    takes its account's U_E and S, so its account's factor.
     """
     raw, local_s, _, level_fs = _levels(tree, usage)
     total = raw[0] if total_usage is None else total_usage
@@ -187,7 +188,9 @@ def classic(
     effective = norm_usage.copy()
     for i in range(1, len(tree)):
         p = tree.parent[i]
-        if p:
+        if tree.use_parent[i]:
+            effective[i] = effective[p]
+        elif p:
             effective[i] = norm_usage[i] + (effective[p] - norm_usage[i]) * local_s[i]
     norm_shares = tree.normalized_shares()
     factor = 2.0 ** (-effective / norm_shares / dampening_factor)
@@ -211,7 +214,8 @@ def fair_tree(
     accounts of equal LF have their children merged and ranked together
     (``tied_accounts="merged"``, Slurm's documentation), or are visited one
     after another, each one's first user sharing the rank of the user met
-    just before (``"in_turn"``, what Slurm's code does).
+    just before (``"in_turn"``, what Slurm's code does). A ``PARENT`` user
+    has LF infinity, so it comes first among its siblings.
     """
     raw, _, local_u, level_fs = _levels(tree, usage)
     factor = np.zeros(len(tree))
@@ -244,11 +248,12 @@ def _levels(
     if np.any(usage < 0) or not np.all(np.isfinite(usage)):
         raise ValueError("usage: must be finite and zero or more")
     raw = tree.rollup(usage)
-    local_s = tree.shares / tree.sibling_shares
+    local_s = tree.local_shares()
     parent_raw = raw[np.maximum(tree.parent, 0)]
     local_u = np.divide(raw, parent_raw, out=np.zeros(len(tree)), where=parent_raw > 0)
     with np.errstate(over="ignore"):  # a vanishing share of usage is LF infinity: correct
         level_fs = np.divide(local_s, local_u, out=np.full(len(tree), np.inf), where=local_u > 0)
+    level_fs[tree.use_parent] = np.inf  # Slurm: first among its siblings, subject to ties
     return raw, local_s, local_u, level_fs
 
 
