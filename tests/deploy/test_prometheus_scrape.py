@@ -1,0 +1,257 @@
+"""A real Prometheus scrapes a running controller with two real agents.
+
+The controller is served on 127.0.0.1; two ``gpufleet agent`` processes
+declare two GPUs each and send readings from their telemetry files (no
+NVML here), one with a hardware XID; a job holds one GPU. Debian's
+``prometheus``, started on loopback with the example configuration
+(deploy/prometheus/prometheus.yml: the metrics token from a file, the
+alert rules) pointed at the controller, must then hold every GPU's
+DCGM-named series with dcgm-exporter's labels and the holder's, the
+scheduler's series, and fire the XID alert.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from api.live import serve
+from cli.live import gpufleet_env
+from deploy.conftest import DEPLOY
+from gpufleet.api.app import create_app
+from gpufleet.controller.config import config_from_dict
+from gpufleet.controller.service import Controller, Principal
+from gpufleet.controller.setup import setup_from_config
+from store.databases import database
+
+CONFIG: dict[str, Any] = {
+    "server": {"interval_s": 1, "heartbeat_interval_s": 1, "kill_grace_s": 1},
+    "policy": {
+        "partitions": [{"name": "gpu", "default_time_s": 600}],
+        "accounts": [{"name": "vision"}],
+    },
+    "principals": [{"name": "ana", "accounts": ["vision"]}],
+}
+NODES = ("n1", "n2")
+MODEL = "NVIDIA A100-SXM4-80GB"
+WAIT_S = 90.0  # the agents' first start and the first cycle compile numba kernels
+ADMIN = Principal(user="root", role="admin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def until(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+    """``check()`` once it is truthy, polled; fails naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@contextmanager
+def process(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def agent_files(tmp: Path, node: str) -> Path:
+    """The node's inventory, with its telemetry file beside it; returns the inventory."""
+    inventory = tmp / f"{node}.toml"
+    inventory.write_text(
+        f'[[nodes]]\nnames = "{node}"\ncpu_milli = 8000\nmemory_mib = 16384\n'
+        'gpus = { model = "A100-80GB", count = 2 }\n'
+    )
+    gpus = []
+    for i in range(2):
+        fault = "xid_last = 79\nxid_count = 1\n" if (node, i) == ("n2", 1) else ""
+        gpus.append(
+            f'[[gpus]]\nindex = {i}\nuuid = "GPU-{node}-{i}"\nmodel = "{MODEL}"\n'
+            f"util_pct = {10 + i}\ntemp_c = {50 + i}\nmem_used_mib = 100\n"
+            f"mem_free_mib = 81000\npower_w = 120\n{fault}"
+        )
+    (tmp / f"{node}.telemetry.toml").write_text("\n".join(gpus))
+    return inventory
+
+
+def prometheus_config(tmp: Path, target: str, token: str) -> Path:
+    """The example configuration, scraping ``target`` every second, without Alertmanager."""
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
+    del config["alerting"]
+    shutil.copy(DEPLOY / "prometheus" / "gpufleet-rules.yml", tmp)
+    (tmp / "gpufleet.token").write_text(token)
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=10)
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        answer = self.http.get("/api/v1/query", params={"query": expr}).json()
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+    def firing(self) -> list[dict[str, Any]]:
+        alerts = self.http.get("/api/v1/alerts").json()["data"]["alerts"]
+        return [a for a in alerts if a["state"] == "firing"]
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, str]]:
+    """Prometheus scraping a controller with two agents and one running job; the job id."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
+    tmp = tmp_path_factory.mktemp("scrape")
+    db = next(database("sqlite", tmp))
+    config = config_from_dict(CONFIG, "test")
+    controller = Controller(
+        setup=setup_from_config(config.build("test"), config.to_dict()), db_url=db.url
+    )
+    controller.start()
+    with ExitStack() as stack:
+        stack.callback(controller.stop)
+        url = stack.enter_context(serve(create_app(controller)))
+
+        def token(user: str, role: str, node: str | None = None) -> str:
+            made = controller.create_token(
+                principal=ADMIN,
+                name=user,
+                user=user,
+                role=role,  # type: ignore[arg-type]
+                node=node,
+            )
+            return made.token
+
+        for node in NODES:
+            env = gpufleet_env(GPUFLEET_AGENT_TOKEN=token(f"node-{node}", "node", node))
+            argv = [
+                "gpufleet", "agent", "--server", url, "--inventory", str(agent_files(tmp, node)),
+                "--node", node, "--state-dir", str(tmp / f"{node}-state"), "--same-user",
+            ]  # fmt: skip
+            stack.enter_context(process(argv, tmp / f"{node}.log", env))
+        user = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token('ana', 'user')}"}
+        )
+        stack.callback(user.close)
+        until("both agents", lambda: len(controller.gpu_readings()) == 2)
+        spec = {"command": ["sleep", "300"], "workdir": str(tmp), "gpus_per_node": 1}
+        job = str(user.post("/v1/jobs", json=spec).json()["job_id"])
+        until("the job to run", lambda: user.get(f"/v1/jobs/{job}").json()["state"] == "RUNNING")
+        port = free_port()
+        scrape = prometheus_config(tmp, url.removeprefix("http://"), token("prometheus", "metrics"))
+        argv = [
+            binary,
+            f"--config.file={scrape}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        stack.enter_context(process(argv, tmp / "prometheus.log", dict(os.environ)))
+        prometheus = Prometheus(f"http://127.0.0.1:{port}")
+        stack.callback(prometheus.http.close)
+        until("Prometheus", lambda: _ready(prometheus), 30)
+        yield prometheus, job
+        # Its agent kills it before going: no sleep outlives the test.
+        user.post(f"/v1/jobs/{job}/cancel")
+        until("the kill", lambda: user.get(f"/v1/jobs/{job}").json()["state"] == "CANCELLED")
+
+
+def _ready(prometheus: Prometheus) -> bool:
+    try:
+        return prometheus.http.get("/-/ready").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_every_gpu_of_every_agent_has_its_dcgm_series(scraped: tuple[Prometheus, str]) -> None:
+    prometheus, job = scraped
+
+    def four() -> list[dict[str, Any]]:
+        found = prometheus.query("DCGM_FI_DEV_GPU_TEMP")
+        return found if len(found) == 4 else []
+
+    temps = until("4 GPU temperatures", four)
+    got = {(s["metric"]["Hostname"], s["metric"]["gpu"]): s for s in temps}
+    assert set(got) == {(n, str(i)) for n in NODES for i in range(2)}
+    holders = 0
+    for (node, gpu), series in got.items():
+        labels = series["metric"]
+        assert labels["UUID"] == f"GPU-{node}-{gpu}"
+        assert labels["modelName"] == MODEL
+        assert labels["device"] == f"nvidia{gpu}"
+        assert labels["job"] == "gpufleet"  # the scrape job's, untouched
+        assert float(series["value"][1]) == 50 + int(gpu)
+        if "hpc_job" in labels:
+            holders += 1
+            assert (labels["hpc_job"], labels["user"], labels["account"]) == (job, "ana", "vision")
+    assert holders == 1  # the job's one GPU
+    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+                 "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
+                 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE"):  # fmt: skip
+        assert len(prometheus.query(name)) == 4, name
+    xid = prometheus.query("DCGM_FI_DEV_XID_ERRORS > 0")
+    assert [(s["metric"]["Hostname"], s["metric"]["gpu"], s["value"][1]) for s in xid] == [
+        ("n2", "1", "79")
+    ]
+
+
+def test_the_scheduler_series_are_scraped(scraped: tuple[Prometheus, str]) -> None:
+    prometheus, _ = scraped
+    assert [s["value"][1] for s in prometheus.query('up{job="gpufleet"}')] == ["1"]
+    running = prometheus.query("gpufleet_jobs_running")
+    assert [(s["metric"]["partition"], s["metric"]["account"], s["value"][1]) for s in running] == [
+        ("gpu", "vision", "1")
+    ]
+    up = prometheus.query("gpufleet_node_up == 1")
+    assert sorted(s["metric"]["node"] for s in up) == list(NODES)
+    cycles = prometheus.query("gpufleet_scheduler_cycle_duration_seconds_count")
+    assert cycles and float(cycles[0]["value"][1]) >= 1
+    started = prometheus.query("gpufleet_jobs_started_total")
+    assert [s["value"][1] for s in started] == ["1"]
+    idle = prometheus.query("gpufleet_partition_gpus_idle")
+    assert [s["value"][1] for s in idle] == ["3"]
+
+
+def test_the_rules_fire_on_the_scraped_series(scraped: tuple[Prometheus, str]) -> None:
+    prometheus, _ = scraped
+    alerts = until(
+        "the XID alert",
+        lambda: [
+            a for a in prometheus.firing() if a["labels"]["alertname"] == "GpuXidHardwareError"
+        ],
+        30,
+    )
+    labels = alerts[0]["labels"]
+    assert (labels["Hostname"], labels["gpu"], labels["action"]) == ("n2", "1", "drain")
+    assert len(alerts) == 1
