@@ -8,7 +8,8 @@ and an HTML report with its PNGs. Bad input ends with one line
 ``error: ...`` on stderr and exit status 2, before any replay where the
 input allows (an unwritable ``--out``, an option given twice). A metric
 over no jobs shows as ``n/a``, and a replay where some job never started
-ends with one ``warning: ...`` line on stderr.
+ends with one ``warning: ...`` line on stderr, as does a profile whose
+ordering cannot order the trace as it seems (SJF over jobs without limits).
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ from gpufleet.sim.metrics import (
     write_tables,
 )
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.profile import ProfileError, SimProfile, default_profile, load_profile, replay
+from gpufleet.sim.profile import (
+    ProfileError,
+    SimProfile,
+    default_profile,
+    load_profile,
+    ordering_warning,
+    replay,
+)
 from gpufleet.sim.traces import TraceJob, load_trace
 
 ClusterOpt = Annotated[
@@ -135,18 +143,20 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
 
 def _replay_all(
     cluster: str, trace: str, profiles: Sequence[SimProfile]
-) -> tuple[list[SimResult], list[dict[str, Any]]]:
+) -> tuple[list[SimResult], list[dict[str, Any]], list[str]]:
+    """The replays, their summaries, and a warning per profile whose ordering misleads."""
     nodes = load_cluster_arg(cluster)
     jobs: list[TraceJob] = load_trace(trace)
     if not jobs:
         raise TraceError(trace, None, None, "holds no jobs")
+    warnings = [w for p in profiles if (w := ordering_warning(p, jobs))]
     results, summaries = [], []
     for p in profiles:
         with _progress(len(jobs), p.name) as on_progress:
             result = replay(nodes, jobs, p, on_progress)
         results.append(result)
         summaries.append(summarize(result, p.config.deadline_factor))
-    return results, summaries
+    return results, summaries, warnings
 
 
 def _table(summaries: Sequence[dict[str, Any]]) -> Table:
@@ -200,7 +210,7 @@ def _execute(
         profiles = _profiles(paths)
         if out is not None:
             check_out_dir(out)
-        results, summaries = _replay_all(cluster, trace, profiles)
+        results, summaries, warnings = _replay_all(cluster, trace, profiles)
         for s, r in zip(summaries, results, strict=True):
             s["node_failed"] = node_failed_jobs(r)
         written: list[Path] = []
@@ -225,9 +235,11 @@ def _execute(
         Console().print(_table(summaries))
     if written:
         typer.echo(f"wrote {len(written)} files to {out}", err=True)
-    warning = _never_ran_warning(results)
-    if warning:
-        typer.echo(warning, err=True)
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    never_ran = _never_ran_warning(results)
+    if never_ran:
+        typer.echo(never_ran, err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,8 @@ any job.
   as in the Argonne/IBM SP scheduler); cheap, and the head job cannot starve.
 * ``conservative``: every waiting job gets one, in priority order, so no job
   is ever delayed by a lower one; costs a timeline query per job.
+* ``none``: no backfill, a strict queue, as leaving the ``[backfill]`` table
+  out; a profile that extends one with backfill, or a sweep, can say so.
 
 Settings follow Slurm's SchedulerParameters: ``window_s`` (bf_window: starts
 further ahead than this are not planned), ``resolution_s`` (bf_resolution:
@@ -29,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class BackfillArgs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    mode: Literal["easy", "conservative"] = "easy"
+    mode: Literal["easy", "conservative", "none"] = "easy"
     window_s: int = Field(default=86_400, gt=0)
     resolution_s: int = Field(default=60, gt=0)
     max_job_test: int = Field(default=500, gt=0)

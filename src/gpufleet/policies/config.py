@@ -13,7 +13,7 @@ text, so it stays pure)::
     plugin = "best-fit"               # any name in policies.registry.PLACEMENT
 
     [backfill]                        # omit the table for a strict queue
-    mode = "easy"                     # easy | conservative
+    mode = "easy"                     # easy | conservative | none
     window_s = 86400                  # bf_window
     resolution_s = 60                 # bf_resolution
     max_job_test = 500                # bf_max_job_test
@@ -215,7 +215,7 @@ class Policy:
             placement=placement_profile(c.placement.plugin, workload=workload, seed=seed),
             admission=[PartitionLimits(), QosLimits()],
             gate=Reservations(),
-            backfill=Backfill(c.backfill) if c.backfill else None,
+            backfill=Backfill(c.backfill) if c.backfill and c.backfill.mode != "none" else None,
             preemption=CheapestVictims() if c.preemption.enabled else None,
         )
 

@@ -39,7 +39,13 @@ from gpufleet.core.model import InvalidSpec, Node
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.metrics import summarize
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
+from gpufleet.sim.profile import (
+    ProfileError,
+    profile_from_dict,
+    read_profile,
+    replay,
+    with_bases,
+)
 from gpufleet.sim.traces import TraceJob, absolute_spec, load_trace
 
 RAY_MISSING = "--ray needs the 'ray' extra: pip install 'gpufleet[ray]'"
@@ -151,14 +157,13 @@ def spec_from_dict(data: dict[str, Any], root: Path) -> SweepSpec:
 
 def _base(profile: object, root: Path) -> dict[str, Any]:
     if isinstance(profile, dict):
-        return profile
+        return with_bases(profile, root, "profile")
     if not isinstance(profile, str):
         raise GridError("profile: must be a path to a policy file or a [profile] table")
-    path = root / profile
     try:
-        return read_toml(path)
-    except UnreadableToml as e:
-        raise GridError(f"profile: {path}: {e}") from None
+        return read_profile(root / profile)
+    except ProfileError as e:
+        raise GridError(f"profile: {e}") from None
 
 
 @functools.lru_cache(maxsize=1)

@@ -20,6 +20,12 @@ QoS per priority class and ``preemptible``; a partition per name in the
 trace), so a file need only name what it changes. Account shares in
 ``[[accounts]]`` are the fairshare entitlements. Errors are ``ProfileError``
 with one line naming the file and the key.
+
+A profile may build on others: ``extends = "base.toml"`` (or a list, laid in
+order) names files relative to this one, whose data lie under this file's
+(``overlay``): tables merge key by key, arrays of named tables (``[[qos]]``,
+``[[partitions]]``, ...) merge entry by entry by ``name``, and anything else
+in this file replaces the base's value. A cycle of ``extends`` is refused.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
@@ -78,14 +84,84 @@ def default_profile() -> SimProfile:
 
 def load_profile(path: Path) -> SimProfile:
     """Read and check a profile; ``ProfileError`` names the file and key on bad input."""
-    try:
-        data = read_toml(path)
-    except UnreadableToml as e:
-        raise ProfileError(f"{path}: {e}") from None
+    data = read_profile(path)
     try:
         return profile_from_dict(data, path.stem)
     except ProfileError as e:
         raise ProfileError(f"{path}: {e}") from None
+
+
+EXTENDS = "extends"
+
+
+def read_profile(path: Path) -> dict[str, Any]:
+    """A profile file's data with the files it ``extends`` laid under it.
+
+    ``ProfileError`` names the file for one that cannot be read, a bad
+    ``extends`` and a cycle of them.
+    """
+    return _read(path, ())
+
+
+def with_bases(data: dict[str, Any], root: Path, source: str) -> dict[str, Any]:
+    """``data`` laid over the files its ``extends`` names, relative to ``root``.
+
+    ``source`` names ``data`` in errors (a sweep spec's inline profile has no file).
+    """
+    return _with_bases(data, root, source, ())
+
+
+def _read(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    try:
+        data = read_toml(path)
+    except UnreadableToml as e:
+        raise ProfileError(f"{path}: {e}") from None
+    return _with_bases(data, path.parent, str(path), (*chain, path.resolve()))
+
+
+def _with_bases(
+    data: dict[str, Any], root: Path, source: str, chain: tuple[Path, ...]
+) -> dict[str, Any]:
+    data = dict(data)
+    bases = data.pop(EXTENDS, [])
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise ProfileError(f"{source}: {EXTENDS}: must be a file name or a list of them")
+    merged: dict[str, Any] = {}
+    for base in bases:
+        path = root / base
+        if path.resolve() in chain:
+            cycle = " -> ".join(str(p) for p in (*chain, path.resolve()))
+            raise ProfileError(f"{source}: {EXTENDS}: {base} leads back to itself ({cycle})")
+        if not path.is_file():
+            raise ProfileError(f"{source}: {EXTENDS}: {path}: no such file")
+        merged = overlay(merged, _read(path, chain))
+    return overlay(merged, data)
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: tables merge, arrays of named tables merge by name."""
+    result = dict(base)
+    for key, value in over.items():
+        under = result.get(key)
+        if isinstance(under, dict) and isinstance(value, dict):
+            result[key] = overlay(under, value)
+        elif _named(under) and _named(value):
+            entries = {entry["name"]: entry for entry in under}
+            for entry in value:
+                entries[entry["name"]] = overlay(entries.get(entry["name"], {}), entry)
+            result[key] = list(entries.values())
+        else:
+            result[key] = value
+    return result
+
+
+def _named(value: object) -> TypeGuard[list[dict[str, Any]]]:
+    """An array of tables that each have a name (a QoS, a partition, an account...)."""
+    return isinstance(value, list) and all(
+        isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in value
+    )
 
 
 def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
@@ -111,6 +187,25 @@ def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
     )
 
 
+def ordering_warning(profile: SimProfile, jobs: Sequence[TraceJob]) -> str | None:
+    """Why the profile's ordering may not order as it seems on ``jobs``; None if it does.
+
+    SJF orders by time limit. A job the trace gives none gets the driver's
+    default, its runtime rounded up to ``limit_round_s``, so SJF without
+    oracle limits ties every job under that step and runs them in FIFO order.
+    """
+    if profile.policy.config.ordering.plugin != "sjf" or profile.config.oracle_limits:
+        return None
+    missing = sum(1 for job in jobs if job.time_limit_s is None)
+    if not missing:
+        return None
+    step = profile.config.limit_round_s
+    return (
+        f"{profile.name}: sjf orders by time limit and {missing} of {len(jobs)} jobs have none, "
+        f"so they are ordered by the default limit, the runtime rounded up to {step} s "
+        "(limit_round_s): jobs shorter than that tie and run in FIFO order; "
+        "set [sim] oracle_limits = true to order by the real runtime"
+    )
 
 
 def replay(
