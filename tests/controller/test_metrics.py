@@ -78,6 +78,9 @@ def test_the_queue_the_cycle_and_the_nodes(cluster: Cluster) -> None:
     c = ctl.submit(principal=BOB, spec=spec(gpus_per_node=1, time_limit_s=600)).job_id
     ctl.submit(principal=ANA, spec=spec(hold=True))
     before = scrape(ctl)
+    assert (
+        value(before, "gpufleet_jobs_preempted_total", partition="gpu") == 0
+    )  # there from the start
     # Not yet seen by a cycle: the reason is Slurm's "None".
     assert (
         value(

@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from deploy.series import exported_names
+from deploy.series import exported_series
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """Every series name gpufleet serves (see ``deploy.series``)."""
-    return exported_names(tmp_path_factory.mktemp("exported"))
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, frozenset[str]]:
+    """Every series name gpufleet serves, with its labels (see ``deploy.series``)."""
+    return exported_series(tmp_path_factory.mktemp("exported"))
 
 
 def promtool() -> str:

@@ -1,9 +1,10 @@
 """What gpufleet exports, for checking the rules and dashboards that read it.
 
-``exported_names`` scrapes a real controller (SQLite, manual clock, two
+``exported_series`` scrapes a real controller (SQLite, manual clock, two
 agents sending every GPU reading, running and pending jobs, an account
-tree) and returns every series name it serves, so a rule or a panel that
-names a series gpufleet does not export fails its test. ``metric_names``
+tree) and returns every series name it serves with its labels (and the
+scrape's, ``job`` and ``instance``), so a rule or a panel that names a
+series or label gpufleet does not export fails its test. ``metric_names``
 picks the series names out of a PromQL expression.
 """
 
@@ -20,8 +21,8 @@ from gpufleet.api.agent_schemas import AgentSync, GpuReading
 from gpufleet.core.accounts import Account, AccountTree, User
 from store.databases import database
 
-PROMETHEUS_OWN = frozenset({"up"})
-"""Series Prometheus makes itself, about each scrape."""
+PROMETHEUS_OWN = {"up": frozenset({"job", "instance"})}
+"""Series Prometheus makes itself, about each scrape, and their labels."""
 
 FUNCTIONS = frozenset(
     [
@@ -121,8 +122,9 @@ def metric_names(expr: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_:][\w:]*", expr)) - FUNCTIONS - KEYWORDS
 
 
-def exported_names(tmp: Path) -> set[str]:
-    """Every series name a busy controller serves at ``/metrics``, and Prometheus' own."""
+def exported_series(tmp: Path) -> dict[str, frozenset[str]]:
+    """Every series name a busy controller serves at ``/metrics`` (and Prometheus' own)
+    with the names of its labels."""
     tree = AccountTree(
         [Account("vision"), Account("nlp")], [User("ana", "vision"), User("bob", "nlp")]
     )
@@ -140,7 +142,8 @@ def exported_names(tmp: Path) -> set[str]:
         text = exposition(ctl).decode()
     finally:
         cluster.ctl.stop()
-    names = set(PROMETHEUS_OWN)
+    labels: dict[str, set[str]] = {name: set(known) for name, known in PROMETHEUS_OWN.items()}
     for family in text_string_to_metric_families(text):
-        names.update(s.name for s in family.samples)
-    return names
+        for sample in family.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels, {"job", "instance"})
+    return {name: frozenset(known) for name, known in labels.items()}

@@ -7,7 +7,7 @@ NVML here), one with a hardware XID; a job holds one GPU. Debian's
 (deploy/prometheus/prometheus.yml: the metrics token from a file, the
 alert rules) pointed at the controller, must then hold every GPU's
 DCGM-named series with dcgm-exporter's labels and the holder's, the
-scheduler's series, and fire the XID alert.
+scheduler's series, fire the XID alert, and answer every dashboard panel.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import yaml
 from api.live import serve
 from cli.live import gpufleet_env
 from deploy.conftest import DEPLOY
+from deploy.dashboards import BOARDS, board, concrete, expressions
 from gpufleet.api.app import create_app
 from gpufleet.controller.config import config_from_dict
 from gpufleet.controller.service import Controller, Principal
@@ -255,3 +256,22 @@ def test_the_rules_fire_on_the_scraped_series(scraped: tuple[Prometheus, str]) -
     labels = alerts[0]["labels"]
     assert (labels["Hostname"], labels["gpu"], labels["action"]) == ("n2", "1", "drain")
     assert len(alerts) == 1
+
+
+def test_the_dashboards_query_the_scraped_series(scraped: tuple[Prometheus, str]) -> None:
+    prometheus, job = scraped
+    answered = {}
+    for path in BOARDS:
+        for expr in expressions(board(path)):
+            answered[expr] = prometheus.query(concrete(expr, {"hpc_job": job}))  # evaluates
+    # The job's panels find its one GPU.
+    mine = [expr for expr in answered if "$hpc_job" in expr]
+    assert len(mine) == 8
+    for expr in mine:
+        assert len(answered[expr]) == 1, expr
+    assert (
+        answered['DCGM_FI_DEV_GPU_UTIL{hpc_job=~"(.*,)?$hpc_job(,.*)?"}'][0]["metric"]["user"]
+        == "ana"
+    )
+    xid = answered['DCGM_FI_DEV_XID_ERRORS{Hostname=~"$Hostname", gpu=~"$gpu"} > 0']
+    assert [(s["metric"]["Hostname"], s["value"][1]) for s in xid] == [("n2", "79")]

@@ -60,6 +60,13 @@ class SchedulerMetrics:
             registry=None,
         )
 
+    def partitions(self, names: Iterable[str]) -> None:
+        """Start the per-partition counters of ``names`` at 0, so that their series exist
+        (and a first increase is seen) before anything happens in a partition."""
+        for name in names:
+            for counter in (self.submitted, self.started, self.preempted, self.requeued):
+                counter.labels(name)
+
     def cycle(
         self,
         seconds: float,

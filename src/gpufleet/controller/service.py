@@ -1166,6 +1166,7 @@ class Controller:
         cycle, a configuration patch)."""
         now = self.clock.now()
         self._derive()
+        self.metrics.partitions(self.setup.partitions)
         self._jobs.clear()
         self._by_num.clear()
         self._on_node.clear()
