@@ -211,6 +211,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(arg)
     options.add_argument("--window-size=1280,900")
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
     driver = webdriver.Chrome(
         options=options, service=Service(str(DRIVER), log_output=str(tmp_path / "driver.log"))
     )
@@ -263,9 +264,17 @@ def test_the_cluster_map_shows_every_gpu_in_its_state(tmp_path: Path, browser: A
         _ready(browser, "queue")
         row = browser.find_element(By.XPATH, f"//tr[td/a[text()='{jobs['waits']}']]")
         assert "Resources" in row.text
+        # The job page: its two GPUs on a1, each with a line of its utilisation.
+        browser.execute_script(f"location.hash = '#/jobs/{jobs['whole']}'")
+        _ready(browser, "jobs")
+        gpus = browser.find_elements(By.CSS_SELECTOR, "#job-gpus tbody tr")
+        assert [r.text.split()[0] for r in gpus] == ["a1", "a1"]
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#job-gpus polyline")) == 2
         browser.execute_script("location.hash = '#/nodes/m1'")
         _ready(browser, "nodes")
         assert "unhealthy" in browser.find_element(By.ID, "main").text
         browser.save_screenshot(str(tmp_path / "node-m1.png"))
+        # No script error and no failed request on any page.
+        assert [e["message"] for e in browser.get_log("browser")] == []
     for shot in ("cluster-map.png", "node-m1.png"):
         assert (tmp_path / shot).read_bytes().startswith(b"\x89PNG"), shot

@@ -7,6 +7,8 @@
 const TOKEN_KEY = "gpufleet.token";
 const STATES = ["free", "allocated", "shared", "mig", "draining", "unhealthy", "offline"];
 const REFRESH_MS = 15000;
+const GPU_POLL_MS = 5000;
+const GPU_HISTORY = 60;
 const SVG = "http://www.w3.org/2000/svg";
 const main = document.getElementById("main");
 const tip = document.getElementById("tip");
@@ -276,22 +278,42 @@ async function jobPage(id) {
   await jobGpus(job, gpus);
 }
 
-async function jobGpus(job, where) {
+// A small line of the last readings, 0 to 100%.
+function sparkline(values) {
+  const w = 120, h = 24;
+  const x = (i) => (values.length > 1 ? (i * w) / (values.length - 1) : w / 2);
+  const y = (v) => h - 1 - (v / 100) * (h - 2);
+  return svg("svg", { class: "chart", width: w, height: h, role: "img" },
+    svg("polyline", { class: "line", points: values.map((v, i) => x(i) + "," + y(v)).join(" ") }));
+}
+
+// The job's GPUs with their latest readings; while it runs, read again every few seconds
+// and draw each GPU's utilisation since the page opened.
+async function jobGpus(job, where, seen = new Map()) {
+  const hash = location.hash;
   const pages = await Promise.all(job.node_list.map((n) => api("/v1/dashboard/nodes/" + encodeURIComponent(n))));
   const rows = [];
   for (const page of pages) {
     const readings = new Map(page.readings.map((r) => [r.reading.index, r]));
     for (const gpu of page.node.gpus.filter((g) => g.jobs.includes(job.job_id))) {
       const r = readings.get(gpu.index);
+      const key = page.node.name + "/" + gpu.index;
+      const history = seen.get(key) || [];
+      if (r) history.push(r.reading.util_pct);
+      seen.set(key, history.slice(-GPU_HISTORY));
       rows.push(row(page.node.name, num(gpu.index), gpu.model,
         num(r ? r.reading.util_pct.toFixed(0) + "%" : "no reading"),
+        el("td", {}, history.length ? sparkline(seen.get(key)) : ""),
         num(r ? r.reading.mem_used_mib + " MiB" : ""), num(r ? r.reading.temp_c.toFixed(0) + " C" : ""),
         r ? when(r.at) : ""));
     }
   }
   where.replaceChildren(rows.length
-    ? table(["Node", "GPU#", "Model", "Utilisation#", "Memory used#", "Temperature#", "Read at"], rows)
+    ? table(["Node", "GPU#", "Model", "Utilisation#", "Since opened", "Memory used#", "Temperature#", "Read at"], rows)
     : el("p", { class: "muted" }, "The job holds no GPU now."));
+  if (rows.length && location.hash === hash) {
+    refresh = setTimeout(() => jobGpus(job, where, seen).catch(() => { /* the next page shows errors */ }), GPU_POLL_MS);
+  }
 }
 
 // -- a node -----------------------------------------------------------------------------
