@@ -226,6 +226,7 @@ class Controller:
         self._window = WorkloadWindow(size=max(1, setup.workload_window))
         self._profile: SchedulingProfile | None = None
         self._profile_at = -math.inf
+        self._estimated: set[str] = set()  # jobs the last plan gave an expected start
         self._loop: SchedulerLoop | None = None
         self._started = False
         self._derive()
@@ -1396,6 +1397,13 @@ class Controller:
             live = self._jobs.get(job_id)
             if live is not None:
                 live.reason = reason
+        # An estimate lasts one cycle: a job this plan gives none (held since, or
+        # overtaken) shows none, not an earlier plan's.
+        for job_id in self._estimated - plan.expected_start.keys():
+            live = self._jobs.get(job_id)
+            if live is not None:
+                live.expected_start = None
+        self._estimated = set(plan.expected_start)
         for job_id, when in plan.expected_start.items():
             live = self._jobs.get(job_id)
             if live is not None:
