@@ -44,10 +44,10 @@ import difflib
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -121,6 +121,7 @@ TimeZone = Annotated[str, AfterValidator(_known_zone)]
 
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _MIG_PROFILES = frozenset(name for table in PROFILES.values() for name in table)
+_ANY: frozenset[str] = frozenset()
 _LOOKALIKE = 0.8  # difflib ratio above which a column reads as a misspelt field
 
 
@@ -227,7 +228,7 @@ def _parquet_table(path: Path) -> Table:
     except (OSError, ValueError) as e:
         raise TraceError(path, None, None, f"not a readable Parquet file: {e}") from None
     rows = [
-        (n, n, {k: "" if v is None else str(v) for k, v in record.items()})
+        (n, n, {k: "" if v is None else str(v).strip() for k, v in record.items()})
         for n, record in enumerate(table.to_pylist(), start=1)
     ]
     return list(table.column_names), rows, []
@@ -239,7 +240,8 @@ class _Parsed:
 
     line: int
     submit: float
-    job: TraceJob
+    fields: dict[str, Any]
+    """the TraceJob's arguments but its submit time"""
 
 
 class _Reader:
@@ -252,6 +254,12 @@ class _Reader:
         self.problems = TraceProblems(path)
         self.zone = ZoneInfo(options.timezone)
         self.given = {f for f in FIELDS if f in options.constants or options.column(f) in header}
+        # Looked up for every cell of every row, so resolved once here.
+        self.constants = {
+            f: str(v).lower() if isinstance(v, bool) else str(v)
+            for f, v in options.constants.items()
+        }
+        self.columns = {f: options.column(f) for f in self.given if f not in options.constants}
         read = self.given - ({"start_time", "end_time"} if "duration_s" in self.given else set())
         used = {options.column(f) for f in read if f not in options.constants}
         self.labels = [c for c in header if c not in used]
@@ -318,7 +326,8 @@ class _Reader:
         if profile and profile not in _MIG_PROFILES:
             known = ", ".join(sorted(_MIG_PROFILES))
             r.fail("mig_profile", f"unknown profile {profile!r} (known: {known})")
-        models = frozenset(filter(None, (m.strip() for m in r.text("gpu_models").split("|"))))
+        listed = r.text("gpu_models")
+        models = frozenset(filter(None, (m.strip() for m in listed.split("|")))) if listed else _ANY
         preemptible = _BOOLEANS.get(r.text("preemptible").lower() or "false")
         if preemptible is None:
             r.fail("preemptible", f"{r.text('preemptible')!r} is not true/false")
@@ -349,9 +358,8 @@ class _Reader:
                 mig_count=mig_count,
                 gpu_models=models,
             )
-            job = TraceJob(
+            fields = dict(
                 id=r.text("id") if "id" in self.given else str(number),
-                submit_time=0,
                 duration_s=duration,
                 request=request,
                 user=r.text("user"),
@@ -368,7 +376,7 @@ class _Reader:
             field = {"request": "gpus"}.get(e.field, e.field.removeprefix("request."))
             r.fail(field, e.reason)
             return None
-        return _Parsed(line, submit, job)
+        return _Parsed(line, submit, fields)
 
     def finish(self, parsed: list[_Parsed]) -> list[TraceJob]:
         """The jobs with submit times counted from the origin."""
@@ -381,8 +389,11 @@ class _Reader:
             if submit < 0:
                 reason = f"before the origin ({zero:g} s), by {-submit} s"
                 self.problems.add(TraceError(self.path, p.line, o.column("submit_time"), reason))
-            else:
-                jobs.append(replace(p.job, submit_time=submit))
+                continue
+            try:
+                jobs.append(TraceJob(submit_time=submit, **p.fields))
+            except InvalidSpec as e:
+                self.problems.add(TraceError(self.path, p.line, o.column(e.field), e.reason))
         return jobs
 
 
@@ -396,11 +407,11 @@ class _Row:
         self.cells = cells
 
     def text(self, field: str) -> str:
-        constants = self.options.constants
-        if field in constants:
-            value = constants[field]
-            return str(value).lower() if isinstance(value, bool) else str(value)
-        return self.cells.get(self.options.column(field), "").strip()
+        """The field's cell (stripped when the table was read) or its constant; "" if neither."""
+        column = self.reader.columns.get(field)
+        if column is not None:
+            return self.cells.get(column, "")
+        return self.reader.constants.get(field, "")
 
     def fail(self, field: str, reason: str) -> None:
         column = self.options.column(field)
