@@ -87,6 +87,9 @@ def test_up_runs_jobs_and_stops_cleanly(tmp_path: Path) -> None:
     with gpufleet_up(data, tmp_path / "up.log") as (banner, api):
         assert f"GPUFLEET_TOKEN=$(cat {data / 'admin.token'})" in banner
         assert "gpufleet submit --wrap 'echo hi'" in banner
+        dashboard = re.search(r"open the dashboard, (\S+/ui/),", banner)
+        assert dashboard is not None, banner
+        assert "<title>gpufleet</title>" in httpx.get(dashboard[1]).text
         assert "2 demo L4 GPUs" in banner or "NVIDIA GPUs" in banner
         assert stat.S_IMODE((data / "admin.token").stat().st_mode) == 0o600
         job = {

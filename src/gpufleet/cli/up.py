@@ -234,5 +234,6 @@ def _welcome(api: str, data: Path, node: str, described: str) -> None:
         f"  export GPUFLEET_TOKEN=$(cat {data / 'admin.token'})\n"
         "  gpufleet submit --wrap 'echo hi'\n"
         "  gpufleet queue\n"
+        f"Or open the dashboard, {api}/ui/, and paste the admin token.\n"
         "Stop with Ctrl-C."
     )
