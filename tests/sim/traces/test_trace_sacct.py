@@ -29,6 +29,8 @@ Corrupt = Callable[[str, int, str, str], Path]
         ("2-03", 183600),  # D-HH: 2 x 86400 + 3 x 3600
         ("00:00:01.500", 2),  # fractions round up
         ("100:00:00", 360000),  # hours past a day without D-
+        ("90", 5400),  # bare minutes past an hour, as slurm.conf's MaxTime=90
+        ("90:30", 5430),  # MM:SS with minutes past an hour
     ],
 )
 def test_slurm_seconds(text: str, expected: int) -> None:

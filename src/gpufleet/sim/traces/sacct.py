@@ -157,12 +157,15 @@ def _timestamp(path: Path, line: int, field: str, text: str) -> datetime | None:
 
 
 def slurm_seconds(text: str) -> int:
-    """Seconds of a Slurm duration: ``[D-]HH:MM:SS``, ``D-HH[:MM]``, ``MM:SS`` or minutes.
+    """Seconds of a Slurm duration: ``[D-]HH:MM:SS``, ``D-HH[:MM]``, ``MM:SS`` or minutes
+    (the last two with any number of minutes).
 
     Raises ValueError on anything else. Fractional seconds round up.
     """
     days_text, dash, clock = text.rpartition("-") if "-" in text else ("0", "", text)
     parts = clock.split(":")
+    # Bare minutes and MM:SS count minutes without bound, as Slurm reads them (90, 90:00).
+    free_minutes = not dash and len(parts) <= 2
     if not dash and len(parts) == 1:
         parts = ["0", parts[0], "0"]  # bare minutes
     elif not dash and len(parts) == 2:
@@ -172,7 +175,7 @@ def slurm_seconds(text: str) -> int:
     parts += ["0"] * (3 - len(parts))
     hours, minutes = int(parts[0]), int(parts[1])
     secs = float(parts[2])
-    if hours < 0 or not 0 <= minutes < 60 or not 0 <= secs < 60:
+    if hours < 0 or minutes < 0 or not (free_minutes or minutes < 60) or not 0 <= secs < 60:
         raise ValueError(text)
     return ((int(days_text) * 24 + hours) * 60 + minutes) * 60 + math.ceil(secs)
 
