@@ -3,10 +3,11 @@
 Which blocks run:
 
 * ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md``,
-  ``docs/cluster-file.md``, ``docs/fill.md`` and ``docs/traces.md``: every fenced block whose
-  info string starts with ``sh``, except those whose info string also says
-  ``no-run`` (```` ```sh no-run ````): commands that need a real cluster,
-  root or systemd, or replays too long for a test (the block says so).
+  ``docs/cluster-file.md``, ``docs/fill.md``, ``docs/traces.md`` and
+  ``docs/slurm.md``: every fenced block whose info string starts with ``sh``,
+  except those whose info string also says ``no-run`` (```` ```sh no-run ````):
+  commands that need a real cluster, root or systemd, or replays too long for
+  a test (the block says so).
 * ``README.md``: only blocks marked ```` ```sh live ````, the commands meant
   to run against a running controller, and ```` ```sh run ````, the
   simulator's commands, which need nothing running (the other ``sh`` blocks
@@ -56,6 +57,7 @@ PAGES: dict[str, str | tuple[str, ...]] = {
     "docs/cluster-file.md": "all",
     "docs/fill.md": "all",
     "docs/traces.md": "all",
+    "docs/slurm.md": "all",
     "README.md": ("live", "run"),
 }
 FIRST_SHELL = {

@@ -12,7 +12,7 @@ import importlib
 import typer
 from typer.core import TyperGroup
 
-LAZY_APPS = {"sim": ("gpufleet.cli.sim", "sim")}
+LAZY_APPS = {"sim": ("gpufleet.cli.sim", "sim"), "import": ("gpufleet.cli.importer", "importer")}
 """Command name -> (module, the typer.Typer in it)."""
 
 
