@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces import absolute_spec, load_trace
+from gpufleet.sim.traces import absolute_spec, dump_history, load_trace
 from gpufleet.sim.traces.generic import GenericOptions, load_generic
 
 Fixture = Callable[[str], Path]
@@ -237,3 +237,10 @@ def test_a_constant_fills_a_missing_column(tmp_path: Path) -> None:
     path = write(tmp_path, "submit_time,duration_s\n0,5\n")
     (job,) = load_trace(f"generic:{path},constants.gpus=2,constants.preemptible=true")
     assert (job.request.gpus, job.preemptible) == (2, True)
+
+
+def test_labels_survive_the_history_file(fixture: Fixture, tmp_path: Path) -> None:
+    jobs = load_trace(f"generic:{fixture('mapped.csv')},spec={fixture('mapped.toml')}")
+    dump_history(tmp_path / "past.jsonl", jobs)
+    assert load_trace(f"history:{tmp_path / 'past.jsonl'}") == jobs
+    assert jobs[0].labels == {"job_type": "train"}
