@@ -104,3 +104,38 @@ def test_inserted_rows_may_share_json_and_list_their_keys_in_any_order(db: Datab
         ).all()
     assert [tuple(r) for r in rows] == [("1", shared, None, True), ("2", shared, ["n1"], False)]
     store.close()
+
+
+def test_keyed_inserts_skip_existing_keys_and_the_second_of_a_batch(db: Database) -> None:
+    import threading
+
+    store = db.open()
+    store.migrate()
+    writer = GroupWriter(store)
+
+    def key(user: str, rid: str) -> tuple[sa.Table, tuple[tuple[str, str], ...]]:
+        return (t.jobs, (("user", user), ("request_id", rid)))
+
+    def row(pk: int, user: str, rid: str) -> dict[str, object]:
+        return job_row(pk, user=user, request_id=rid)
+
+    first = writer.insert_new_future([(t.jobs, [row(1, "ana", "r1")])], key("ana", "r1"))
+    assert first.result() is None
+    gate = threading.Event()
+    blocker = writer.submit(lambda c: gate.wait(10))  # holds the writer: the rest queue up
+    futures = [
+        writer.insert_new_future([(t.jobs, [row(2, "ana", "r1")])], key("ana", "r1")),  # stored
+        writer.insert_new_future([(t.jobs, [row(3, "ana", "r2")])], key("ana", "r2")),  # new
+        writer.insert_new_future([(t.jobs, [row(4, "ana", "r2")])], key("ana", "r2")),  # 2nd
+        writer.insert_new_future([(t.jobs, [row(5, "bob", "r1")])], key("bob", "r1")),  # new
+    ]
+    gate.set()
+    blocker.result()
+    stored, new, second, other = (f.result() for f in futures)
+    writer.stop()
+    assert stored is not None and stored["id"] == 1
+    assert new is None and other is None
+    assert second is not None and second["id"] == 3
+    with store.read() as conn:
+        assert sorted(conn.execute(sa.select(t.jobs.c.id)).scalars()) == [1, 3, 5]
+    store.close()

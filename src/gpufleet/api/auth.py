@@ -52,9 +52,11 @@ def _unauthorized(detail: str, error: str | None) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": challenge})
 
 
-async def authenticate(
-    controller: ControllerDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+async def _principal(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
     """The caller's principal, from ``Authorization: Bearer TOKEN``; 401 without one.
 
@@ -62,6 +64,7 @@ async def authenticate(
     the store, in the thread pool."""
     if credentials is None:
         raise _unauthorized("an Authorization: Bearer token is required", None)
+    controller: Controller = request.app.state.controller
     token = credentials.credentials
     principal = None
     if len(token) <= MAX_TOKEN_LENGTH:
@@ -73,11 +76,20 @@ async def authenticate(
     return principal
 
 
-def require(*roles: Role) -> Callable[[Principal], Awaitable[Principal]]:
-    """A dependency that admits only principals with one of ``roles`` (403 otherwise)."""
+async def authenticate(request: Request, credentials: Credentials) -> Principal:
+    """Any authenticated principal, whatever its role."""
+    return await _principal(request, credentials)
+
+
+def require(*roles: Role) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that admits only principals with one of ``roles`` (403 otherwise).
+
+    One dependency with the bearer scheme as its only child: FastAPI resolves
+    each dependency per request at a cost, and this runs on every call."""
     allowed = frozenset(roles)
 
-    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+    async def check(request: Request, credentials: Credentials) -> Principal:
+        principal = await _principal(request, credentials)
         if principal.role not in allowed:
             raise HTTPException(403, f"the {principal.role} role may not do this")
         return principal

@@ -118,17 +118,20 @@ class Guard:
         self.app = app
         self.max_body = max_body
 
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Built only when needed: a response object per request costs the hot path.
+        await problem(413, f"the request body is over {self.max_body} bytes")(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = problem(413, f"the request body is over {self.max_body} bytes")
         length = dict(scope["headers"]).get(b"content-length", b"0")
         if not length.isdigit():
             await problem(400, "Content-Length is not a number")(scope, receive, send)
             return
         if int(length) > self.max_body:
-            await too_large(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -139,7 +142,7 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await too_large(scope, receive, send)
+                await self._too_large(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -477,21 +477,28 @@ class Controller:
         answer: Future[Submitted] = Future()
         answer.set_running_or_notify_cancel()  # so that no waiter can cancel it
 
-        def committed(future: Future[Submitted | None]) -> None:
+        def committed(future: Future[Any]) -> None:
             try:
                 settle(future)
             finally:
                 if bulk:
                     _GC_PAUSE.release()
 
-        def settle(future: Future[Submitted | None]) -> None:
+        def settle(future: Future[Any]) -> None:
             error = future.exception()
             if error is not None:
                 answer.set_exception(error)
                 return
             duplicate = future.result()
-            if duplicate is not None:
+            if isinstance(duplicate, Submitted):
                 answer.set_result(duplicate)
+                return
+            if duplicate is not None:
+                if duplicate["array_task_id"] is None:
+                    job_id = str(duplicate["job_num"])
+                    answer.set_result(Submitted(job_id=job_id, array_task_count=0, duplicate=True))
+                else:  # an array's task count is the store's to tell
+                    self._writer().submit(unit).add_done_callback(settle)
                 return
             try:
                 shared = self._requests.setdefault(request, request)  # see _interned
@@ -508,13 +515,16 @@ class Controller:
             )
 
         try:
-            if spec.request_id is None and not refs:
-                # Nothing to check first: merged with concurrent submissions into one insert.
-                future: Future[Submitted | None] = self._writer().insert_future(
-                    [(t.jobs, rows)]
-                )
-            else:
+            # Merged with concurrent submissions into one insert, unless there are
+            # dependencies to check first; a request_id is looked up with the batch's.
+            future: Future[Any]  # Submitted (unit), a duplicate's row, or None
+            if refs:
                 future = self._writer().submit(unit)
+            elif spec.request_id is None:
+                future = self._writer().insert_future([(t.jobs, rows)])
+            else:
+                key = (("user", principal.user), ("request_id", spec.request_id))
+                future = self._writer().insert_new_future([(t.jobs, rows)], (t.jobs, key))
         except BaseException:
             if bulk:
                 _GC_PAUSE.release()

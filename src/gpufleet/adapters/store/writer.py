@@ -12,7 +12,9 @@ so each caller sees its own result or its own exception.
 
 Plain inserts (``insert``) are merged further: the rows of every insert in a
 batch go to the database as one statement per table (PostgreSQL: COPY for
-large ones), before the batch's other units run.
+large ones), before the batch's other units run. So are inserts guarded by a
+natural key (``insert_new_future``): the batch looks up all their keys in one
+query per table, and only the rows whose key is new join the merged insert.
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ MAX_BATCH = 512
 Rows = Sequence[tuple[sa.Table, Sequence[Mapping[str, Any]]]]
 """Inserts: each table with its rows (every row of a table with the same keys)."""
 
+Key = tuple[sa.Table, tuple[tuple[str, Any], ...]]
+"""A natural key: a table and (column, value) pairs, in a fixed column order."""
+
 
 @dataclass(slots=True)
 class _Unit:
     work: Work | None
     future: Future[Any]
     rows: Rows = ()
+    key: Key | None = None
 
 
 class WriterStopped(RuntimeError):
@@ -100,6 +106,17 @@ class GroupWriter:
             self._queue.put(_Unit(None, future, rows))
         return future
 
+    def insert_new_future(self, rows: Rows, key: Key) -> Future[Mapping[str, Any] | None]:
+        """``insert_future`` unless a row with ``key`` exists: the future resolves to None
+        once the rows are committed, or to the existing row (as a mapping), inserting
+        nothing. Within one batch the first of two units with the same key wins."""
+        future: Future[Mapping[str, Any] | None] = Future()
+        with self._lock:
+            if self._stopped:
+                raise WriterStopped("the store writer is stopped")
+            self._queue.put(_Unit(None, future, rows, key))
+        return future
+
     def stop(self) -> None:
         """Finish the queued work, then stop the thread. Idempotent."""
         with self._lock:
@@ -134,13 +151,22 @@ class GroupWriter:
         self.units += len(batch)
         try:
             with self.store.write() as conn:
+                results: list[Any] = [None] * len(batch)
+                found = _existing(conn, [u.key for u in batch if u.key is not None])
                 merged: dict[sa.Table, list[Mapping[str, Any]]] = {}
-                for u in batch:
+                for i, u in enumerate(batch):
+                    if u.key is not None:
+                        if u.key in found:
+                            results[i] = found[u.key]
+                            continue
+                        found[u.key] = u.rows[0][1][0]  # a later unit with this key: this row
                     for table, rows in u.rows:
                         merged.setdefault(table, []).extend(rows)
                 for table, rows in merged.items():
                     self.store.insert(conn, table, rows)
-                results = [u.work(conn) if u.work is not None else None for u in batch]
+                for i, u in enumerate(batch):
+                    if u.work is not None:
+                        results[i] = u.work(conn)
         except Exception as e:
             if len(batch) == 1:
                 batch[0].future.set_exception(e)
@@ -150,3 +176,32 @@ class GroupWriter:
             return
         for unit, result in zip(batch, results, strict=True):
             unit.future.set_result(result)
+
+
+def _existing(conn: sa.Connection, keys: Sequence[Key]) -> dict[Key, Mapping[str, Any]]:
+    """The rows that ``keys`` name: one query per table and set of key columns.
+
+    Keys sharing all but their last value are asked with one IN over the last
+    column, which SQLite answers from the unique index; a row-value IN
+    ((a, b), ...) would make it scan the table.
+    """
+    groups: dict[tuple[sa.Table, tuple[str, ...]], dict[tuple[Any, ...], list[Any]]] = {}
+    for table, pairs in keys:
+        columns = tuple(c for c, _ in pairs)
+        values = tuple(v for _, v in pairs)
+        groups.setdefault((table, columns), {}).setdefault(values[:-1], []).append(values[-1])
+    found: dict[Key, Mapping[str, Any]] = {}
+    for (table, columns), by_prefix in groups.items():
+        *lead, tail = [table.c[c] for c in columns]
+        stmt = sa.select(table).where(
+            sa.or_(
+                *(
+                    sa.and_(*(c == v for c, v in zip(lead, prefix, strict=True)), tail.in_(last))
+                    for prefix, last in by_prefix.items()
+                )
+            )
+        )
+        for row in conn.execute(stmt):
+            m = dict(row._mapping)
+            found[(table, tuple((c, m[c]) for c in columns))] = m
+    return found
