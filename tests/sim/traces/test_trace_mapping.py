@@ -115,7 +115,7 @@ def test_units(tmp_path: Path, field: str, unit: str, cell: str, expected: int) 
         path = write(tmp_path, f"submit_time,gpus,duration_s\n0,1,{cell}\n")
     else:
         path = write(tmp_path, f"submit_time,gpus,duration_s,{field}\n0,1,1,{cell}\n")
-    (job,) = load_generic(path, GenericOptions(units={field: unit}))
+    (job,) = load_generic(path, GenericOptions.model_validate({"units": {field: unit}}))
     value = job.duration_s if field == "duration_s" else getattr(job.request, field)
     assert value == expected
 
@@ -132,7 +132,7 @@ def test_units(tmp_path: Path, field: str, unit: str, cell: str, expected: int) 
 )
 def test_gpu_percent(tmp_path: Path, cell: str, gpus: int, gpu_milli: int) -> None:
     path = write(tmp_path, f"submit_time,duration_s,gpus\n0,1,{cell}\n")
-    (job,) = load_generic(path, GenericOptions(units={"gpus": "percent"}))
+    (job,) = load_generic(path, GenericOptions.model_validate({"units": {"gpus": "percent"}}))
     assert (job.request.gpus, job.request.gpu_milli) == (gpus, gpu_milli)
 
 
@@ -215,8 +215,8 @@ def test_bad_mapping_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         load_trace("generic:jobs.csv,units.memory_mib=parsecs")
     assert str(err.value) == (
-        "generic trace option: units: memory_mib: unknown unit 'parsecs' "
-        "(known: B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)"
+        "generic trace option: units.memory_mib: "
+        "must be 'B', 'KB', 'KiB', 'MB', 'MiB', 'GB', 'GiB', 'TB' or 'TiB'"
     )
 
 

@@ -83,8 +83,11 @@ FIELDS = (
     "priority_class",
     "checkpoint_interval_s",
 )
-DURATION_UNITS = {"s": 1.0, "ms": 0.001, "min": 60.0, "h": 3600.0, "d": 86400.0}
-MEMORY_UNITS = {  # in MiB
+DurationUnit = Literal["s", "ms", "min", "h", "d"]
+MemoryUnit = Literal["B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB"]
+CpuUnit = Literal["milli", "cores", "percent"]
+DURATION_UNITS: dict[str, float] = {"s": 1.0, "ms": 0.001, "min": 60.0, "h": 3600.0, "d": 86400.0}
+MEMORY_UNITS: dict[str, float] = {  # in MiB
     "B": 1 / 2**20,
     "KB": 1e3 / 2**20,
     "KiB": 1 / 2**10,
@@ -95,17 +98,21 @@ MEMORY_UNITS = {  # in MiB
     "TB": 1e12 / 2**20,
     "TiB": 2.0**20,
 }
-CPU_UNITS = {"milli": 1.0, "cores": 1000.0, "percent": 10.0}
-GPU_UNITS = ("count", "percent")
-UNITS: dict[str, tuple[str, ...]] = {
-    "duration_s": tuple(DURATION_UNITS),
-    "time_limit_s": tuple(DURATION_UNITS),
-    "checkpoint_interval_s": tuple(DURATION_UNITS),
-    "memory_mib": tuple(MEMORY_UNITS),
-    "cpu_milli": tuple(CPU_UNITS),
-    "gpus": GPU_UNITS,
-}
-"""Fields that take a unit, and the units each accepts."""
+CPU_UNITS: dict[str, float] = {"milli": 1.0, "cores": 1000.0, "percent": 10.0}
+
+
+class Units(BaseModel):
+    """The unit of each field that takes one; the defaults are the schema's own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    duration_s: DurationUnit = "s"
+    time_limit_s: DurationUnit = "s"
+    checkpoint_interval_s: DurationUnit = "s"
+    memory_mib: MemoryUnit = "MiB"
+    cpu_milli: CpuUnit = "milli"
+    gpus: Literal["count", "percent"] = "count"
+    """percent: 100 is one GPU; below 100 a share of one, above whole GPUs rounded up."""
 
 
 def _known_zone(value: str) -> str:
@@ -139,8 +146,8 @@ class GenericOptions(BaseModel):
     origin: Literal["first"] | float | None = None
     """seconds subtracted from every time; ``first``: the earliest submit time.
     None: 0 for numbers, ``first`` for ISO times."""
-    units: dict[str, str] = {}
-    """field -> unit (``UNITS``); default seconds, MiB, milli-CPU and a GPU count."""
+    units: Units = Units()
+    """field -> unit; default seconds, MiB, milli-CPU and a GPU count."""
     constants: dict[str, str | int | float | bool] = {}
     """field -> the value every job takes, for a field the file has no column for."""
     gpus_per_node: int | None = Field(None, gt=0)
@@ -152,16 +159,6 @@ class GenericOptions(BaseModel):
         for name in value:
             if name not in FIELDS:
                 raise ValueError(f"{name}: not a field (known: {', '.join(FIELDS)})")
-        return value
-
-    @field_validator("units")
-    @classmethod
-    def _known_units(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, unit in value.items():
-            if name not in UNITS:
-                raise ValueError(f"{name}: takes no unit (fields with units: {', '.join(UNITS)})")
-            if unit not in UNITS[name]:
-                raise ValueError(f"{name}: unknown unit {unit!r} (known: {', '.join(UNITS[name])})")
         return value
 
     def column(self, field: str) -> str:
@@ -310,6 +307,7 @@ class _Reader:
     def row(self, number: int, line: int, cells: Mapping[str, str]) -> _Parsed | None:
         """The row's job at submit time 0 (``finish`` places it), or None after noting problems."""
         before = len(self.problems)
+        o = self.options
         r = _Row(self, line, cells)
         if not r.text("submit_time"):
             r.fail("submit_time", "empty: every job needs a submit time")
@@ -331,8 +329,8 @@ class _Reader:
         preemptible = _BOOLEANS.get(r.text("preemptible").lower() or "false")
         if preemptible is None:
             r.fail("preemptible", f"{r.text('preemptible')!r} is not true/false")
-        cpu_milli = r.scaled("cpu_milli", CPU_UNITS, round)
-        memory_mib = r.scaled("memory_mib", MEMORY_UNITS, math.ceil)
+        cpu_milli = r.scaled("cpu_milli", o.units.cpu_milli, CPU_UNITS, round)
+        memory_mib = r.scaled("memory_mib", o.units.memory_mib, MEMORY_UNITS, math.ceil)
         nodes = r.count("nodes", 1)
         mig_count = r.count("mig_count", 1 if profile else 0)
         time_limit = r.seconds("time_limit_s", minimum=1)
@@ -442,16 +440,17 @@ class _Row:
             return None
         return result
 
-    def scaled(self, field: str, units: Mapping[str, float], to_int: Callable[[float], int]) -> int:
-        """A count in the field's own unit: as written, or converted from ``units``."""
-        unit = self.options.units.get(field)
-        if unit is None:
+    def scaled(
+        self, field: str, unit: str, factors: Mapping[str, float], to_int: Callable[[float], int]
+    ) -> int:
+        """A count of the field's own unit: whole as written, or converted from ``unit``."""
+        if factors[unit] == 1:
             return self.count(field, 0)
         value = self.number(field)
-        return 0 if value is None else to_int(value * units[unit])
+        return 0 if value is None else to_int(value * factors[unit])
 
     def seconds(self, field: str, *, minimum: int) -> int | None:
-        unit = self.options.units.get(field, "s")
+        unit = getattr(self.options.units, field)
         value = self.text(field)
         if not value:
             return None
@@ -473,7 +472,7 @@ class _Row:
 
     def gpus(self) -> tuple[int, int]:
         """(whole GPUs, milli of one shared GPU) the row asks for."""
-        if self.options.units.get("gpus") != "percent":
+        if self.options.units.gpus != "percent":
             return self.count("gpus", 0), 0
         value = self.number("gpus") or 0.0
         if value >= 100:
