@@ -79,6 +79,7 @@ from gpufleet.core.protocols import (
     Ordering,
     PreemptionRequest,
     Preemptor,
+    QuietGate,
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray, OverAllocation
@@ -272,6 +273,9 @@ class _Cycle:
         self.planned_count = 0
         self.events = 0  # steps that changed what later jobs would see; see _walk
         self.bulk = all(isinstance(a, BulkAdmission) for a in profile.admission)
+        gate = profile.gate
+        # A gate that is quiet for this snapshot is asked only about jobs naming a reservation.
+        self.quiet_gate = gate is None or (isinstance(gate, QuietGate) and gate.quiet(snapshot))
 
     # -- the walk ------------------------------------------------------------
     def run(self) -> Plan:
@@ -362,7 +366,7 @@ class _Cycle:
             said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
             reasons = np.where(said != "", said, reasons)
         open_ = reasons == ""
-        if self.p.gate is not None:
+        if not self.quiet_gate:
             return ~open_, reasons
         blocked = _member(queue, "partition", self.strict_blocked)
         waiting = _member(queue, "partition", self.waiting)
@@ -387,6 +391,8 @@ class _Cycle:
         if self.signalled_for or self.promised:  # a job with its own room is considered alone
             ids = queue.column("id", object)
             settled &= ~np.array([i in self.signalled_for or i in self.promised for i in ids])
+        if self.p.gate is not None:  # the gate answers these jobs one by one
+            settled &= queue.column("reservation", object) == ""
         return settled, reasons
 
     def _consider(self, job: Job) -> None:
@@ -446,7 +452,7 @@ class _Cycle:
             if mask is None:
                 mask = self.constraint_masks[where] = node_mask(self.state, *where)
             nodes = nodes & mask
-        if self.p.gate is None:
+        if self.p.gate is None or (self.quiet_gate and not job.reservation):
             access = self.plain_access.get((job.partition, where))
             if access is None:
                 access = self.plain_access[job.partition, where] = Access(nodes, self.planned)

@@ -82,6 +82,23 @@ class Gate(Protocol):
     ) -> Access: ...
 
 
+@runtime_checkable
+class QuietGate(Protocol):
+    """A ``Gate`` that can tell when it changes nothing for most jobs.
+
+    ``quiet(snapshot)`` True promises that, for this snapshot, ``access``
+    gives every job that names no reservation its partition's nodes, no
+    blocks, no earliest start and no reason. The cycle then skips asking for
+    those jobs and may judge them in bulk. Pure.
+    """
+
+    def access(
+        self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray, now: int
+    ) -> Access: ...
+
+    def quiet(self, snapshot: Snapshot) -> bool: ...
+
+
 class Backfill(Protocol):
     """Whether a job that cannot start now gets a planned start, and how far ahead to look.
 

@@ -67,6 +67,10 @@ class Reservations:
             self._blocks[name] = blocks
         return blocks
 
+    def quiet(self, snapshot: Snapshot) -> bool:
+        """With no reservation left, a job naming none may use its whole partition."""
+        return not snapshot.reservations
+
     def access(self, snapshot: Snapshot, job: Job, partition_nodes: BoolArray, now: int) -> Access:
         self._reset(snapshot)
         if not job.reservation:
