@@ -111,3 +111,29 @@ def test_tables_hold_every_job_and_group(result: SimResult, tmp_path: Path) -> N
     with (tmp_path / "series.csv").open() as handle:
         series = list(csv.DictReader(handle))
     assert float(series[-1]["alloc_pct"]) == 0.0  # the last sample is after every end
+
+
+def test_allocation_over_the_busy_period() -> None:
+    # One GPU: a runs 0..10, then nothing until b arrives at 90 and runs 90..100.
+    # The makespan (100 s) is 80% idle gap; the busy period is 20 s, all of it allocated.
+    jobs = [tj("a", "big", 0, 10), tj("b", "big", 90, 10)]
+    policy = {"ordering": {"plugin": "fifo"}, "placement": {"plugin": "first-fit"}}
+    s = summarize(replay([node("n0").gpus(1).build()], jobs, profile_from_dict(policy, "t")))
+    assert s["gpu_alloc_mean_pct"] == pytest.approx(20.0)
+    assert s["busy_s"] == 20
+    assert s["gpu_alloc_busy_pct"] == pytest.approx(100.0)
+
+
+def test_overlapping_waits_count_once_in_the_busy_period(result: SimResult) -> None:
+    # a, b, c overlap from 0 to 50 on one GPU, always allocated: busy 50 s, 100%.
+    s = summarize(result)
+    assert s["busy_s"] == 50
+    assert s["gpu_alloc_busy_pct"] == pytest.approx(100.0)
+
+
+def test_no_busy_period_without_a_schedulable_job() -> None:
+    jobs = [TraceJob(id="x", submit_time=0, duration_s=10, request=Request(gpus=4))]
+    policy = {"ordering": {"plugin": "fifo"}, "placement": {"plugin": "first-fit"}}
+    s = summarize(replay([node("n0").gpus(1).build()], jobs, profile_from_dict(policy, "t")))
+    assert s["busy_s"] == 0
+    assert s["gpu_alloc_busy_pct"] is None

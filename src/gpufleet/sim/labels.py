@@ -23,6 +23,7 @@ SUMMARY_ROWS = (
     ("slowdown_mean", "bounded slowdown", "{:,.2f}"),
     ("makespan_s", "makespan, s", "{:,}"),
     ("gpu_alloc_mean_pct", "GPU allocated, %", "{:.2f}"),
+    ("gpu_alloc_busy_pct", "GPU allocated while busy, %", "{:.2f}"),
     ("frag_mean_pct", "fragmentation, %", "{:.2f}"),
     ("jain_fairness", "Jain's index", "{:.3f}"),
     ("deadlines_met_pct", "deadlines met, %", "{:.1f}"),

@@ -9,7 +9,10 @@ Definitions (times in seconds; a job's *runtime* is its trace duration):
   keeping very short jobs from dominating (Feitelson's definition).
 * **Makespan**: the last end minus the first submit.
 * **GPU allocation**: allocated milli-GPU integrated over the makespan, over
-  capacity x makespan, in percent.
+  capacity x makespan, in percent; and the same integral over the *busy
+  period* only, the time when some job waits or runs (the union of each
+  schedulable job's [submit, end]), so that a trace with long idle gaps or
+  one straggler does not hide how full the cluster was while there was work.
 * **Fragmentation**: the FGD measure (``core.fragmentation``) against the
   trace's own request mix, in percent of capacity, averaged over samples.
 * **Jain's fairness index** over accounts, while jobs wait: at each sample
@@ -122,6 +125,22 @@ def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float | None]:
     return out
 
 
+def busy_seconds(result: SimResult) -> int:
+    """Seconds during which some schedulable job waited or ran: the union of [submit, end]."""
+    spans = sorted(
+        (r.trace.submit_time, r.end if r.end >= 0 else result.end)
+        for r in result.jobs
+        if r.state != "unschedulable"
+    )
+    busy, reach = 0, spans[0][0] if spans else 0
+    for lo, hi in spans:
+        reach = max(reach, lo)
+        if hi > reach:
+            busy += hi - reach
+            reach = hi
+    return busy
+
+
 def never_started(result: SimResult) -> int:
     """Jobs that never started: unschedulable, or still waiting or cancelled at the end."""
     return sum(1 for r in result.jobs if r.first_start < 0)
@@ -153,6 +172,7 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
     for r in jobs:
         states[r.state] += 1
     span = max(0, result.end - result.start)
+    busy = busy_seconds(result)
     cap = result.capacity_milli
     runnable = [r for r in jobs if r.state != "unschedulable"]
     met = sum(
@@ -178,6 +198,8 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
     summary.update(
         makespan_s=span,
         gpu_alloc_mean_pct=result.alloc_milli_s / (cap * span) * 100 if cap and span else 0.0,
+        busy_s=busy,
+        gpu_alloc_busy_pct=result.alloc_milli_s / (cap * busy) * 100 if cap and busy else None,
         frag_mean_pct=float(np.mean(frag)) if frag else None,
         jain_fairness=contended_jain(result) if ran else None,
         deadlines_met_pct=met / len(runnable) * 100 if runnable else None,
