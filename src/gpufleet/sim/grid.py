@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import logging
 import math
 import multiprocessing
 import os
@@ -298,7 +299,13 @@ def _on_ray(address: str, tasks: Sequence[Task], on_done: Done | None) -> list[A
         raise GridError(RAY_MISSING) from None
     check_ray_address(address)
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        # Ray's INFO lines (where it started, what it found) say nothing a sweep's reader needs.
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise GridError(f"--ray {address}: {e}") from None
     try:
