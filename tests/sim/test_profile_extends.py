@@ -186,3 +186,15 @@ def test_sjf_without_limits_warns_that_it_orders_by_the_default_limit(
     # jobs with limits (the synthetic generator gives every job one) need no warning
     assert main(["sim", "run", "--cluster", NODES, "--trace", TRACE, "--profile", str(sjf)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_sweep_warns_for_its_sjf_points_without_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(tmp_path, "spec.toml", '[grid]\n"ordering.plugin" = ["fifo", "sjf"]\n')
+    trace = f"tiresias:{TIRESIAS}"
+    assert main(["sim", "sweep", "--cluster", NODES, "--trace", trace, "--spec", str(spec)]) == 0
+    err = capsys.readouterr().err
+    # one warning, for the sjf point alone
+    assert err.count("warning: ") == 1
+    assert err.startswith("warning: ordering.plugin=sjf: sjf orders by time limit and 3 of 3")

@@ -4,7 +4,9 @@ The grid comes from a sweep spec (``sim.grid``). Points run on local
 processes, or as Ray tasks with ``--ray ADDRESS``. Prints one table row per
 point (with ``--json``, one JSON object as the last line of stdout);
 ``--out DIR`` writes ``sweep.csv``. Bad input ends with one line
-``error: ...`` on stderr and exit status 2.
+``error: ...`` on stderr and exit status 2; a point whose ordering cannot
+order the trace as it seems (SJF over jobs without limits) gets one
+``warning: ...`` line.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from gpufleet.cli.sim_run import (
     metric_cell,
 )
 from gpufleet.core.model import InvalidSpec
-from gpufleet.sim.grid import GridError, Run, check_ray_address, load_spec, run_grid
+from gpufleet.sim.grid import (
+    GridError,
+    Run,
+    check_ray_address,
+    load_spec,
+    ordering_warnings,
+    run_grid,
+)
 from gpufleet.sim.openb import TraceError
 
 # Labels short enough that a row fits 80 columns (a pipe, a narrow terminal);
@@ -159,6 +168,7 @@ def register(app: typer.Typer) -> None:
                     on_done=lambda done: bar.update(task, completed=done),
                 )
             written = write_csv(out, runs) if out is not None else None
+            warnings = ordering_warnings(cluster, trace, grid)
         except (GridError, TraceError, InvalidSpec) as e:
             _fail(str(e))
         except OSError as e:
@@ -169,3 +179,5 @@ def register(app: typer.Typer) -> None:
             Console().print(_table(runs))
         if written is not None:
             typer.echo(f"wrote {written}", err=True)
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)

@@ -42,6 +42,7 @@ from gpufleet.sim.metrics import summarize
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import (
     ProfileError,
+    ordering_warning,
     profile_from_dict,
     read_profile,
     replay,
@@ -179,6 +180,18 @@ def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[TraceJob]]:
     if not jobs:
         raise TraceError(trace, None, None, "holds no jobs")
     return nodes, jobs
+
+
+def ordering_warnings(cluster: str, trace: str, spec: SweepSpec) -> list[str]:
+    """``profile.ordering_warning`` of each grid point that has one, in grid order."""
+    _, jobs = load_inputs(*absolute_paths(cluster, trace))
+    warnings = []
+    for settings in spec.points():
+        profile = profile_from_dict(spec.profile_data(settings), point_name(settings))
+        warning = ordering_warning(profile, jobs)
+        if warning:
+            warnings.append(warning)
+    return warnings
 
 
 def run_point(cluster: str, trace: str, data: dict[str, Any], name: str) -> dict[str, Any]:
