@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from gpufleet.sim.traces.spec import split
 
 KEYS = st.from_regex(r"[a-z_][a-z0-9_]{0,8}(\.[a-z0-9_]{1,8})?", fullmatch=True)
-VALUES = st.text(st.characters(exclude_characters=",\n", exclude_categories=("Cs",)), max_size=12)
+VALUES = st.text(st.characters(codec="utf-8", exclude_characters=",\n"), max_size=12)
 # A path may hold commas, but not a comma followed by KEY=, which starts an option.
 PATHS = st.text(
-    st.characters(exclude_characters="\n", exclude_categories=("Cs",)), min_size=1, max_size=30
+    st.characters(codec="utf-8", exclude_characters="\n"), min_size=1, max_size=30
 ).filter(lambda p: not re.search(r",[A-Za-z_][\w.]*=", p) and not p.startswith(","))
 
 
