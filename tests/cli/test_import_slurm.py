@@ -76,6 +76,9 @@ def dig(doc: dict[str, Any], dotted: str) -> object:
         ("accounts.1.parent", "research"),  # Par Name
         ("users.2.shares", "parent"),  # FairShare=parent
         ("sim.priority_calc_s", 300),  # PriorityCalcPeriod=5
+        ("ordering.multifactor.calc_period_s", 300),  # and age follows it
+        ("backfill.interval_s", 5),  # bf_interval=5: main passes in between
+        ("sim.interval_s", 5),  # a cycle at least every bf_interval
     ],
 )
 def test_the_policy_says_what_slurm_said(

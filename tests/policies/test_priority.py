@@ -372,3 +372,23 @@ def test_fairshare_converges_to_the_shares_over_a_long_run() -> None:
     rolled = tree.rollup(accounts.usage)
     shares = [rolled[tree.account(a)] / rolled[0] for a in "abc"]
     assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.03)
+
+
+@pytest.mark.parametrize(
+    ("period", "now", "ages"),
+    [
+        # Without a period, age counts to now: 700 - 0 and 700 - 650, over 1000.
+        (0, 700, [0.7, 0.05]),
+        # PriorityCalcPeriod 300: last recomputed at 600, so 600 - 0 and, for the
+        # job submitted after it, 0.
+        (300, 700, [0.6, 0.0]),
+        (300, 900, [0.9, 0.25]),  # recomputed at 900: 900 - 650
+    ],
+)
+def test_age_counts_to_the_last_priority_calculation(
+    period: int, now: int, ages: list[float]
+) -> None:
+    args = MultifactorArgs(**{**NO_WEIGHTS, "weight_age": 1}, max_age_s=1000, calc_period_s=period)
+    jobs = (pending("old", submit_time=0), pending("new", submit_time=650))
+    factors = Multifactor(args).factors(snapshot(*jobs), jobs, now)
+    assert factors.age.tolist() == pytest.approx(ages)

@@ -118,6 +118,7 @@ class Scenario:
     backfill: Literal["none", "easy", "conservative"] = "easy"
     preemption: bool = False
     resolution_s: int = 1
+    backfill_interval_s: int = 0
     book: JobBook | None = None
 
     def _book(self) -> JobBook:
@@ -171,7 +172,13 @@ class Scenario:
     def profile(self) -> SchedulingProfile:
         backfill = None
         if self.backfill != "none":
-            backfill = Backfill(BackfillArgs(mode=self.backfill, resolution_s=self.resolution_s))
+            backfill = Backfill(
+                BackfillArgs(
+                    mode=self.backfill,
+                    resolution_s=self.resolution_s,
+                    interval_s=self.backfill_interval_s,
+                )
+            )
         return SchedulingProfile(
             ordering=Fifo(),
             placement=PlacementProfile("first-fit", [(FirstFit(), 1.0)]),

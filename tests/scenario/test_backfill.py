@@ -138,3 +138,25 @@ def test_a_hold_begins_at_its_start_rounded_down_to_the_resolution(
     out = sc.cycle()
     assert out.expected_start == {"head": 130}  # the start itself is exact
     assert out.starts == starts
+
+
+def test_with_a_backfill_interval_cycles_between_passes_are_slurms_main_pass() -> None:
+    # bf_interval = 30. a: 8 of 8 busy until 1000; b: 2 of 8 until 500.
+    sc = two_nodes("conservative")
+    sc.backfill_interval_s = 30
+    sc.submit(
+        qjob("gang").gpus(8).gang(2).submit(1),  # needs a and b whole: 1000
+        qjob("short").gpus(4).limit(300).submit(2),  # 100 + 300 <= 1000: backfills
+    )
+    first = sc.step(100)  # no pass yet: this cycle backfills
+    assert (first.plan.backfilled, first.starts, first.expected_start) == (
+        True,
+        {"short": ["b"]},
+        {"gang": 1000},
+    )
+    sc.submit(qjob("tiny").gpus(2).limit(100).submit(110))
+    main = sc.step(110)  # 10 s after the pass: the main pass stops at the gang
+    assert (main.plan.backfilled, main.starts, main.expected_start) == (False, {}, {})
+    assert main.reasons == {"gang": "Resources", "tiny": "Priority"}
+    later = sc.step(130)  # 30 s on: a backfill pass again, and tiny fits before 1000
+    assert (later.plan.backfilled, later.starts) == (True, {"tiny": ["b"]})

@@ -333,3 +333,27 @@ def test_failures_requeue_jobs_and_count_lost_work(
         for r in hit
     )
     assert all(r.state == "completed" for r in result.jobs)
+
+
+@pytest.mark.parametrize(
+    ("interval", "start_of_c"),
+    [
+        (0, 2),  # every cycle backfills: c slips in when it arrives
+        # bf_interval 30: the pass at 0 started a; the cycles at 1 and 2 are main
+        # passes that stop at b. The periodic cycle 30 s after b came (31) is the next
+        # backfill pass, although nothing happened then.
+        (30, 31),
+    ],
+)
+def test_a_backfill_interval_backfills_in_the_periodic_pass(interval: int, start_of_c: int) -> None:
+    jobs = [
+        tj("a", 0, 1000, gpus=6, time_limit_s=1000),
+        tj("b", 1, 100, gpus=8, time_limit_s=100),  # waits for a: 1000
+        tj("c", 2, 50, gpus=2, time_limit_s=100),  # ends by 1000: may backfill
+    ]
+    policy = {
+        **FIFO,
+        "backfill": {"mode": "conservative", "resolution_s": 1, "interval_s": interval},
+    }
+    result = by_id(run(nodes(1, gpus=8), jobs, policy, interval_s=30))
+    assert (result["b"].first_start, result["c"].first_start) == (1000, start_of_c)

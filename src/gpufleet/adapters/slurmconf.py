@@ -186,6 +186,7 @@ class _Translator:
         self.partition_lines: list[tuple[int, dict[str, str]]] = []
         self.gpu_billing: dict[str, float] = {}  # catalog model ("*": any) -> weight
         self.bf_interval = 30  # Slurm's default
+        self.calc_s: int | None = None
 
     # -- slurm.conf --------------------------------------------------------------
     def read_conf(self) -> None:
@@ -400,6 +401,7 @@ class _Translator:
             raise SlurmImportError(
                 self.conf, age and age[0], "PriorityMaxAge", "must be more than 0"
             )
+        weights["calc_period_s"] = self.calc_period()
         weights["fairshare"] = self.fairshare()
         return {"plugin": "multifactor", "multifactor": weights}
 
@@ -444,6 +446,8 @@ class _Translator:
                 self.conf, line, "bf_max_job_test", values["bf_max_job_test"]
             )
         self.bf_interval = _integer(self.conf, line, "bf_interval", values.get("bf_interval", "30"))
+        # Backfill every bf_interval, Slurm's main pass in the cycles between.
+        bf["interval_s"] = self.bf_interval
         if "default_queue_depth" in values:
             self.note("SchedulerParameters=default_queue_depth")
         return bf
@@ -460,11 +464,15 @@ class _Translator:
                 self.note(f"PreemptMode={m}")
         return enabled
 
+    def calc_period(self) -> int:
+        """PriorityCalcPeriod in seconds (read once: age and fairshare both follow it)."""
+        if self.calc_s is None:
+            calc = self.setting("PriorityCalcPeriod")
+            self.calc_s = 300 if calc is None else _minutes(self.conf, *calc)
+        return self.calc_s
+
     def sim(self) -> dict[str, Any]:
-        calc = self.setting("PriorityCalcPeriod")
-        out = {"interval_s": self.bf_interval}
-        out["priority_calc_s"] = 300 if calc is None else _minutes(self.conf, *calc)
-        return out
+        return {"interval_s": self.bf_interval, "priority_calc_s": self.calc_period()}
 
 
 # -- gres.conf -------------------------------------------------------------------

@@ -19,7 +19,9 @@ id) and, for each job:
    now only where and while they overlap no planned start.
 
 Without a backfill plugin the queue is strict: once a job of a partition
-waits for resources, no later job of that partition starts.
+waits for resources, no later job of that partition starts. So is a cycle
+the plugin does not run in (``Backfill.runs_at``: Slurm's main scheduler
+between backfill passes); ``Plan.backfilled`` says which kind a cycle was.
 
 Request shapes are classes: once a shape failed to fit for a job of length
 L, every later job of that shape (same partition, reservation and node
@@ -250,7 +252,11 @@ class _Cycle:
         self.plan = Plan()
         cache = profile.cache
         self.tally = Tally.of_running(cache.running, cache.running.rows(snapshot.running))
-        resolution = profile.backfill.resolution if profile.backfill else 1
+        bf = profile.backfill
+        # A cycle between backfill passes is Slurm's main pass: as without backfill.
+        self.backfill = bf if bf is not None and bf.runs_at(now, snapshot.last_backfill) else None
+        self.plan.backfilled = self.backfill is not None
+        resolution = self.backfill.resolution if self.backfill else 1
         self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
         # Nodes kept for planned starts and for exclusive jobs, per time span.
         self.planned = Blocks.none(self.state.num_nodes)
@@ -377,7 +383,7 @@ class _Cycle:
         failed = np.array([sh.failed_at for sh in shapes], dtype=np.int64)[codes]
         unplanned = np.array([sh.unplanned_at for sh in shapes], dtype=np.int64)[codes]
         limit = queue.column("time_limit_s")
-        bf = self.p.backfill
+        bf = self.backfill
         capped = bf is not None and bool(self.waiting) and not bf.may_test(self.tested)
         tries = (limit < failed) & (not capped)
         wants = bf is not None and bf.wants_planned_start(self.planned_count)
@@ -425,7 +431,7 @@ class _Cycle:
         if self._start_in_victims_room(job, access):  # its own room: no shape memo applies
             self.events += 1
             return
-        backfill = self.p.backfill
+        backfill = self.backfill
         if job.time_limit_s < shape.failed_at and not (
             backfill and self.waiting and not backfill.may_test(self.tested)
         ):
@@ -601,7 +607,7 @@ class _Cycle:
 
     # -- waiting -------------------------------------------------------------
     def _wait(self, job: Job, access: Access, shape: _Shape) -> None:
-        plan, backfill = self.plan, self.p.backfill
+        plan, backfill = self.plan, self.backfill
         if job.partition in self.waiting:
             plan.reasons[job.id] = PRIORITY
         else:

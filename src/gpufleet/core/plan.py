@@ -36,7 +36,8 @@ class Plan:
     ``starts`` maps a job to its exact placement; ``expected_start`` maps a
     job that waits to its planned start (backfill's reservation for it), and
     ``expected_nodes`` to the nodes planned; ``reasons`` gives
-    every job left pending its Slurm reason. ``stats`` are diagnostics:
+    every job left pending its Slurm reason. ``backfilled`` says the cycle
+    ran a backfill pass (``Backfill.runs_at``). ``stats`` are diagnostics:
     timings in seconds and counters, for drivers to record.
     """
 
@@ -46,3 +47,4 @@ class Plan:
     expected_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
+    backfilled: bool = False

@@ -105,6 +105,9 @@ class Backfill(Protocol):
     ``planned`` is how many starts this cycle already planned, ``tested`` how
     many jobs it already tried to place. ``horizon`` is the latest start worth
     planning (Slurm's bf_window); ``resolution`` rounds holds down (bf_resolution).
+    ``runs_at`` says whether a cycle at ``now`` backfills, given when the last
+    cycle that did ran (``Snapshot.last_backfill``; None: never); a cycle that
+    does not runs as if there were no backfill plugin (Slurm's main pass).
     """
 
     resolution: int
@@ -114,6 +117,8 @@ class Backfill(Protocol):
     def horizon(self, now: int) -> int: ...
 
     def may_test(self, tested: int) -> bool: ...
+
+    def runs_at(self, now: int, last_pass: int | None) -> bool: ...
 
 
 Trial = Callable[[Sequence[RunningJob], BoolArray, Request], BoolArray]

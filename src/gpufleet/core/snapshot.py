@@ -41,7 +41,8 @@ class Snapshot:
     maps each running job already told to stop (in its preemption grace
     time) to the job it was preempted for. ``promised`` maps a pending job
     whose victims are gone to the room they left it (free in ``state``):
-    this cycle keeps that room for the job.
+    this cycle keeps that room for the job. ``last_backfill`` is when the last
+    cycle with a backfill pass ran (None: never; see ``Backfill.runs_at``).
     """
 
     state: ClusterState
@@ -55,6 +56,7 @@ class Snapshot:
     accounts: AccountUsage | None = None
     signalled: Mapping[str, str] = field(default_factory=dict)
     promised: Mapping[str, Sequence[Assignment]] = field(default_factory=dict)
+    last_backfill: int | None = None
 
     def __post_init__(self) -> None:
         if self.accounts is not None and not isinstance(self.accounts, AccountUsage):

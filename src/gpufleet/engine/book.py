@@ -169,6 +169,7 @@ class JobBook:
         self.runs: dict[str, int] = {}
         self.on_node: list[set[str]] = [set() for _ in self.state.nodes]
         self.cordoned: set[str] = set()
+        self.last_backfill: int | None = None  # when a plan last came from a backfill pass
 
     # -- the queue -------------------------------------------------------------
     def submit(self, job: Job, *, runs: int | None = None) -> None:
@@ -232,12 +233,15 @@ class JobBook:
             accounts=self.ledger.view(now) if self.ledger is not None else None,
             signalled={v: s.for_job for v, s in self.signals.items()},
             promised=dict(self.promised),
+            last_backfill=self.last_backfill,
         )
 
     # -- carrying out a plan ---------------------------------------------------
     def apply(self, plan: Plan, now: int) -> Effects:
         """Signal or stop the plan's victims, then start its jobs (see the module docstring)."""
         effects = Effects()
+        if plan.backfilled:
+            self.last_backfill = now
         for p in plan.preemptions:
             r = self.running.get(p.job_id)
             if r is None or p.job_id in self.signals:

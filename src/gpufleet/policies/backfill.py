@@ -20,6 +20,12 @@ further ahead than this are not planned), ``resolution_s`` (bf_resolution:
 a planned start's hold begins and ends rounded down to it, as in Slurm) and
 ``max_job_test`` (bf_max_job_test: once a job waits, at most this many jobs in
 all are tried per cycle).
+
+``interval_s`` (bf_interval) gives Slurm's structure: backfill is a pass that
+runs at most once per interval, and the cycles in between are Slurm's main
+scheduler passes, which plan no start and stop each partition at its first
+job that cannot start (as without backfill). With 0, the default, every
+cycle backfills.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class BackfillArgs(BaseModel):
     window_s: int = Field(default=86_400, gt=0)
     resolution_s: int = Field(default=60, gt=0)
     max_job_test: int = Field(default=500, gt=0)
+    interval_s: int = Field(default=0, ge=0)
 
 
 class Backfill:
@@ -52,3 +59,7 @@ class Backfill:
 
     def may_test(self, tested: int) -> bool:
         return tested < self.args.max_job_test
+
+    def runs_at(self, now: int, last_pass: int | None) -> bool:
+        interval = self.args.interval_s
+        return not interval or last_pass is None or now - last_pass >= interval

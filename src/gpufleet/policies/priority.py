@@ -60,6 +60,12 @@ class MultifactorArgs(BaseModel):
     favor_small: bool = Field(
         False, description="PriorityFavorSmall: the job size factor favours small jobs."
     )
+    calc_period_s: int = Field(
+        0,
+        ge=0,
+        description="PriorityCalcPeriod: age counts up to the latest multiple of this, when "
+        "Slurm last recomputed priorities; 0: up to now.",
+    )
     fairshare: FairshareArgs = Field(default_factory=FairshareArgs)
 
 
@@ -162,7 +168,8 @@ class Multifactor:
         age = job_size = partition = qos = fs = assoc = zero
         if args.weight_age:
             submit = cols.values("submit", attrgetter("submit_time"))[rows]
-            age = age_factor(now - submit, args.max_age_s)
+            period = args.calc_period_s
+            age = age_factor((now - now % period if period else now) - submit, args.max_age_s)
         if args.weight_job_size:
             gpu_milli = cols.values("gpu_milli", attrgetter("gpu_milli"))[rows]
             cluster_milli = int(snapshot.state.gpu_exists.sum()) * MILLI
