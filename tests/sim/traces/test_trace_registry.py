@@ -74,3 +74,25 @@ def test_bad_spec(spec: str, message: str) -> None:
     with pytest.raises(TraceError) as err:
         load_trace(spec)
     assert str(err.value) == message
+
+
+def test_sacct_options_from_the_spec(fixture: Callable[[str], Path]) -> None:
+    jobs = load_trace(f"sacct:{fixture('sacct.psv')},gpu_models.a100=A100-80GB")
+    # the gres type mapped to a catalog model restricts that job alone
+    assert [(j.id, sorted(j.request.gpu_models)) for j in jobs] == [
+        ("15", []),
+        ("10", ["A100-80GB"]),
+        ("11", []),
+        ("14", []),
+    ]
+
+
+def test_swf_options_from_the_spec(fixture: Callable[[str], Path]) -> None:
+    jobs = load_trace(f"swf:{fixture('tiny.swf')},procs_per_gpu=4,gpus_per_node=4")
+    # ceil(processors / 4) GPUs: 4 -> 1, 1 -> 1, 16 -> 4, 12 -> 3
+    assert [(j.id, j.request.gpus, j.request.nodes) for j in jobs] == [
+        ("1", 1, 1),
+        ("6", 1, 1),
+        ("2", 4, 1),
+        ("5", 3, 1),
+    ]
