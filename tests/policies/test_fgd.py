@@ -16,7 +16,7 @@ import pytest
 
 from builders import cluster, job, node, placer
 from gpufleet.core import fragmentation
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure, stranded
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, node_pressure, stranded
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode
 from gpufleet.core.state import Assignment, ClusterState
@@ -188,33 +188,63 @@ def test_capacity_measure_leaves_whole_gpu_types_to_the_stranding_measure() -> N
     assert FragmentationMeter(state, workload).per_node().tolist() == [0.0]
 
 
-def test_model_pressure_weighs_demand_against_the_models_it_may_use() -> None:
+def _pressure(state: ClusterState, workload: Workload) -> list[list[float]]:
+    model = FragmentationMeter(state, workload).model
+    return [[round(x, 6) for x in row] for row in node_pressure(workload, state, model).tolist()]
+
+
+def test_node_pressure_weighs_demand_against_the_models_a_type_may_use() -> None:
     # Supply: A100 2 GPUs (2000 milli), H100 2 GPUs (2000); cluster 4000.
     # Types (equally frequent): any model, 1 GPU -> demand 0.5 x 1000 = 500 over 4000;
     #                           H100 only, 1 GPU -> 500 over 2000.
     # pressure A100 = 500/4000 = 0.125; H100 = 0.125 + 0.25 = 0.375
-    # cluster mean = (500 + 500) / 4000 = 0.25 -> relative A100 0.5, H100 1.5
+    # cluster mean = (500 + 500) / 4000 = 0.25 -> relative A100 0.5, H100 1.5.
+    # Nobody asks for CPU or memory: those columns stay at 1.
     state = cluster(node("a").gpus(2).model("A100-80GB"), node("h").gpus(2).model("H100-80GB"))
     workload = Workload.from_requests(
         [job().gpus(1).build(), job().gpus(1).models("H100-80GB").build()], state.models
     )
-    assert model_pressure(workload, state).tolist() == [0.5, 1.5]
-    # Without constraints every model is at the cluster's pressure.
+    assert _pressure(state, workload) == [[0.5, 1.0, 1.0], [1.5, 1.0, 1.0]]
+    # Without constraints every node is at the cluster's pressure.
     plain = Workload.from_requests([job().gpus(1).build()], state.models)
-    assert model_pressure(plain, state).tolist() == [1.0, 1.0]
+    assert _pressure(state, plain) == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
 
 
-def test_scarcity_charges_gpu_taken_from_a_model_under_pressure() -> None:
-    # Pressure as above: H100 1.5, A100 0.5. Placing one whole GPU (1000 milli)
-    # with scarcity_weight 3 moves each option's score by -3 x (p - 1) x 1000:
-    # H100 node: -3 x 0.5 x 1000 = -1500; A100 node: -3 x -0.5 x 1000 = +1500.
-    state = cluster(node("a").gpus(2).model("H100-80GB"), node("b").gpus(2).model("A100-80GB"))
-    workload = [job().gpus(1).build(), job().gpus(1).models("H100-80GB").build()]
-    ctx = placer().context(state, job().gpus(1).build(), Mode.NOW)
-    plain = FragmentationGradient(workload, EXACT).score(ctx)
+BIG_AND_SMALL = (node("big").gpus(2).cpu(64_000), node("small").gpus(2).cpu(16_000))
+# Equally frequent: 1 GPU + 8 CPUs fits both nodes; 2 GPUs + 48 CPUs fits only "big".
+NARROW = [job().gpus(1).cpu(8000).build(), job().gpus(2).cpu(48_000).build()]
+
+
+def test_node_pressure_counts_the_nodes_only_large_types_fit() -> None:
+    # GPU: 1-GPU type 0.5 x 1000 = 500 over 4000 (0.125 each); 2-GPU type 0.5 x 2000
+    #   = 1000 over big's 2000 (0.5). Mean 1500 / 4000 = 0.375 -> big 0.625 / 0.375 = 5/3,
+    #   small 0.125 / 0.375 = 1/3.
+    # CPU: 0.5 x 8000 = 4000 over 80000 (0.05 each); 0.5 x 48000 = 24000 over big's 64000
+    #   (0.375). Mean 28000 / 80000 = 0.35 -> big 0.425 / 0.35 = 17/14, small 1/7.
+    state = cluster(*BIG_AND_SMALL)
+    workload = Workload.from_requests(NARROW, state.models)
+    assert _pressure(state, workload) == [
+        [round(5 / 3, 6), round(17 / 14, 6), 1.0],
+        [round(1 / 3, 6), round(1 / 7, 6), 1.0],
+    ]
+
+
+def test_scarcity_charges_what_a_gpu_task_takes_where_pressure_exceeds_the_mean() -> None:
+    # Pressure as above. One GPU + 8 CPUs on "big" takes 1000 milli-GPU at excess 2/3
+    # and 8000 milli-CPU at excess 3/14, CPU counted at the cluster's 4000 milli-GPU per
+    # 80000 milli-CPU (x 0.05): 3 x (2/3 x 1000 + 3/14 x 400) = 2000 + 257.14.
+    # "small" is below the mean: no charge, and no bonus either.
+    state = cluster(*BIG_AND_SMALL)
     scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
-    charged = FragmentationGradient(workload, scarce).score(ctx)
-    assert (charged - plain).tolist() == [-1500.0, 1500.0]
+
+    def charge(request: Request) -> list[float]:
+        ctx = placer().context(state, request, Mode.NOW)
+        plain = FragmentationGradient(NARROW, EXACT).score(ctx)
+        return (plain - FragmentationGradient(NARROW, scarce).score(ctx)).tolist()
+
+    assert charge(job().gpus(1).cpu(8000).build()) == [pytest.approx(2000 + 1800 / 7), 0.0]
+    # A CPU-only task is not charged (docs/placement.md says why).
+    assert charge(job().cpu(8000).build()) == [0.0, 0.0]
 
 
 def test_popularity_keeps_the_most_common_types_and_renormalises() -> None:
@@ -299,8 +329,9 @@ def test_remembered_states_give_what_a_fresh_meter_computes(
         if not len(ctx.options):
             break
         o = ctx.options
-        assert kept.after(o.node, o.gpu, r).tolist() == meter(state, workload).after(
-            o.node, o.gpu, r
-        ).tolist()
+        assert (
+            kept.after(o.node, o.gpu, r).tolist()
+            == meter(state, workload).after(o.node, o.gpu, r).tolist()
+        )
         k = int(rng.integers(len(o)))
         state.allocate(placer().assignment(ctx, k))

@@ -175,28 +175,42 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 MEMO_SLOTS = 1 << 18
 
 
-def model_pressure(workload: Workload, state: ClusterState) -> FloatArray:
-    """Demand over supply for each GPU model, relative to the whole cluster's.
+def node_pressure(workload: Workload, state: ClusterState, model: IntArray) -> FloatArray:
+    """Demand over supply of each resource (GPU, CPU, memory) at each node, relative to
+    the whole cluster's: an array of shape (nodes, 3).
 
-    Each type's GPU demand (frequency x GPUs x milli) is spread over the
-    capacity of the models it may use, so a model that constrained types
-    depend on carries more than its share. Without model constraints every
-    model scores exactly 1; a model no type may use scores 0.
+    A type can go only where an idle node would hold it: a GPU model it may
+    use (``model[i]``, the node's), enough CPU, host memory and GPUs. Each
+    type's demand for a resource (frequency x what it asks) is spread over
+    that resource on those nodes, so the few nodes that large or constrained
+    types depend on carry more than the cluster's mean. Model pressure is the
+    case where GPU models alone narrow the nodes. A resource nobody asks for,
+    and every resource where every type fits everywhere, scores 1.
     """
-    m = len(state.models)
-    supply = np.bincount(
-        state.gpu_model[state.gpu_exists], weights=state.gpu_milli_total[state.gpu_exists],
-        minlength=m,
-    )[:m]
-    demand = workload.freq * workload.gpus * workload.milli
-    pressure = np.zeros(m, dtype=np.float64)
-    for t in np.flatnonzero(demand > 0):
-        allowed = workload.model_ok[t, :m]
-        reach = supply[allowed].sum()
-        if reach > 0:
-            pressure[allowed] += demand[t] / reach
-    mean = demand.sum() / max(supply.sum(), 1.0)
-    relative: FloatArray = pressure / mean if mean > 0 else np.ones(m)
+    total = state.gpu_milli_total
+    supply = (
+        np.stack([total.sum(axis=1), state.cpu_total, state.mem_total], axis=1).astype(np.float64)
+        * ~state.removed[:, None]
+    )
+    demand = np.stack(
+        [workload.freq * workload.gpus * workload.milli,
+         workload.freq * workload.cpu, workload.freq * workload.memory], axis=1
+    )  # fmt: skip
+    count = np.stack([(total >= th).sum(axis=1) for th in workload.threshold])
+    gpu_ok = workload.model_ok[:, np.maximum(model, 0)] & (model >= 0)[None, :]
+    fits = (
+        (gpu_ok | (workload.gpus == 0)[:, None])
+        & (state.cpu_total[None, :] >= workload.cpu[:, None])
+        & (state.mem_total[None, :] >= workload.memory[:, None])
+        & (count[workload.level] >= workload.gpus[:, None])
+        & ~state.removed[None, :]
+    ).astype(np.float64)
+    reach = fits @ supply  # (types, resources)
+    share = np.divide(demand, reach, out=np.zeros_like(demand), where=reach > 0)
+    pressure = fits.T @ share  # (nodes, resources)
+    placed = np.where(reach > 0, demand, 0.0).sum(axis=0)
+    mean = placed / np.maximum(supply.sum(axis=0), 1.0)
+    relative: FloatArray = np.where(mean > 0, pressure / np.where(mean > 0, mean, 1.0), 1.0)
     return relative
 
 
@@ -372,8 +386,10 @@ class FragmentationMeter:
         self.workload = workload
         # A node's GPUs share one model in every inventory we load; the first
         # GPU's model stands for the node (-1 for a CPU-only node).
-        self.model = state.gpu_model[:, 0].copy() if state.gpu_model.shape[1] else np.full(
-            state.num_nodes, -1, dtype=np.int64
+        self.model = (
+            state.gpu_model[:, 0].copy()
+            if state.gpu_model.shape[1]
+            else np.full(state.num_nodes, -1, dtype=np.int64)
         )
         # Memory enters the measure only when the workload's types carry it;
         # otherwise it must not split otherwise equal node states.
@@ -386,8 +402,15 @@ class FragmentationMeter:
         self._memo_key = np.zeros(MEMO_SLOTS, dtype=np.uint64)
         self._memo_value = np.zeros(MEMO_SLOTS, dtype=np.float64)
         self._w: WorkloadArrays = (
-            workload.cpu, workload.memory, workload.gpus, workload.freq, workload.model_ok,
-            workload.threshold, workload.level, workload.fit_weight, workload.capacity_weight,
+            workload.cpu,
+            workload.memory,
+            workload.gpus,
+            workload.freq,
+            workload.model_ok,
+            workload.threshold,
+            workload.level,
+            workload.fit_weight,
+            workload.capacity_weight,
         )
 
     def per_node(self) -> FloatArray:
@@ -398,8 +421,14 @@ class FragmentationMeter:
         stale = np.flatnonzero(st.version != self._seen)
         if len(stale):
             _node_frag(
-                st.gpu_milli_free, st.cpu_free, self._mem, self.model, stale, self._frag,
-                self._digest, self._w,
+                st.gpu_milli_free,
+                st.cpu_free,
+                self._mem,
+                self.model,
+                stale,
+                self._frag,
+                self._digest,
+                self._w,
             )
             self._seen[stale] = st.version[stale]
         return self._frag
@@ -413,7 +442,18 @@ class FragmentationMeter:
         self.per_node()  # refreshes the state digests the kernel deduplicates by
         req_mem = request.memory_mib if self._uses_memory else 0
         return _frag_after(
-            st.gpu_milli_free, st.cpu_free, self._mem, self.model, self._digest, nodes, gpus,
-            request.cpu_milli, req_mem, request.gpu_count, request.milli_per_gpu, self._w,
-            self._memo_key, self._memo_value,
+            st.gpu_milli_free,
+            st.cpu_free,
+            self._mem,
+            self.model,
+            self._digest,
+            nodes,
+            gpus,
+            request.cpu_milli,
+            req_mem,
+            request.gpu_count,
+            request.milli_per_gpu,
+            self._w,
+            self._memo_key,
+            self._memo_value,
         )

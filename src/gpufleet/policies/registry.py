@@ -26,7 +26,7 @@ DEFAULT_FRAGMENTATION = FragmentationArgs(
     memory=True,
     fit_weight=1.0,
     capacity_weight=1.0,
-    scarcity_weight=3.0,
+    scarcity_weight=10.0,
     stranding_weight=3.0,
     resolution="exact",
 )

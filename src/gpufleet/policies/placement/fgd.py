@@ -21,7 +21,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, model_pressure, stranded
+from gpufleet.core.fragmentation import FragmentationMeter, Workload, node_pressure, stranded
 from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
@@ -37,11 +37,13 @@ class FragmentationArgs(BaseModel):
     measure (how much could repeated tasks of a share type take, bounded by GPU
     slots, CPU and memory together?); see ``core.fragmentation``. ``popularity``:
     keep only the most common task types covering this share of all tasks.
-    ``scarcity_weight``: charge GPU taken from a model in demand by constrained
-    types (``core.fragmentation.model_pressure``), in milli-GPU per milli-GPU
-    of excess pressure. ``stranding_weight``: charge GPU capacity that the node's
-    free CPU and memory could no longer carry at the workload's ratios
-    (``core.fragmentation.stranded``), in milli-GPU per milli-GPU stranded.
+    ``scarcity_weight``: charge a GPU task for the GPU, CPU and memory it takes
+    on nodes that types able to go to few nodes depend on
+    (``core.fragmentation.node_pressure``: model, CPU, memory or GPU count
+    narrow where a type fits), in milli-GPU per milli-GPU of excess pressure.
+    ``stranding_weight``: charge GPU capacity that the node's free CPU and memory
+    could no longer carry at the workload's ratios (``core.fragmentation.stranded``),
+    in milli-GPU per milli-GPU stranded.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,7 +65,8 @@ class FragmentationGradient:
         self.workload = or_typical(workload)
         self.args = args or FragmentationArgs()
         self._meter: FragmentationMeter | None = None
-        self._pressure: FloatArray = np.zeros(0)
+        self._excess: FloatArray = np.zeros((0, 3))
+        self._scale: FloatArray = np.ones(3)
 
     def meter(self, state: ClusterState) -> FragmentationMeter:
         """The fragmentation meter of ``state`` (kept while the state is the same object
@@ -79,19 +82,27 @@ class FragmentationGradient:
                 popularity=self.args.popularity,
             )
             m = self._meter = FragmentationMeter(state, workload)
-            self._pressure = np.append(model_pressure(workload, state), 1.0)  # [-1]: no GPU
+            # Only pressure above the cluster's costs: a bonus for nodes below it
+            # pulled GPU work onto the smallest nodes.
+            self._excess = np.maximum(node_pressure(workload, state, m.model) - 1.0, 0.0)
+            gpu = float(state.gpu_milli_total.sum())
+            # CPU and memory in GPU units: a share of the cluster's CPU is worth
+            # the same share of its GPU capacity.
+            self._scale = gpu / np.maximum([gpu, state.cpu_total.sum(), state.mem_total.sum()], 1.0)
         return m
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         meter = self.meter(ctx.state)
         o = ctx.options
         delta: FloatArray = meter.per_node()[o.node] - meter.after(o.node, o.gpu, ctx.request)
-        if self.args.scarcity_weight:
-            # GPU taken from a model under more pressure than the cluster's costs
-            # that much more, in the same milli-GPU units as the gain.
-            r = ctx.request
-            pressure = self._pressure[meter.model[o.node]]
-            delta -= self.args.scarcity_weight * (pressure - 1.0) * r.gpu_count * r.milli_per_gpu
+        r = ctx.request
+        if self.args.scarcity_weight and r.gpu_count:
+            # Resources taken where some types' demand exceeds the cluster's mean
+            # cost that much more, in the same milli-GPU units as the gain.
+            # CPU-only tasks are left out: charged too, they moved onto nodes where
+            # they strand GPUs (cpu4x in docs/placement.md).
+            taken = np.array([r.gpu_count * r.milli_per_gpu, r.cpu_milli, r.memory_mib])
+            delta -= self.args.scarcity_weight * (self._excess[o.node] @ (taken * self._scale))
         if self.args.stranding_weight:
             delta -= self.args.stranding_weight * self._stranding(ctx, meter.workload)
         if self.args.resolution == "exact":
