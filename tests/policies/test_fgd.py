@@ -18,11 +18,12 @@ from builders import cluster, job, node, placer
 from gpufleet.core import fragmentation
 from gpufleet.core.fragmentation import FragmentationMeter, Workload, node_pressure, stranded
 from gpufleet.core.model import Request
-from gpufleet.core.placement import Mode
+from gpufleet.core.placement import Mode, Placer
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.core.workload import TYPICAL
 from gpufleet.policies.placement.fgd import FragmentationArgs, FragmentationGradient
 from gpufleet.policies.placement.fit import BestFit
+from gpufleet.policies.registry import placement_profile
 
 # Two task types, equally frequent: A = 1 whole GPU, B = half a GPU.
 ONE_AND_HALF = [job().gpus(1).build(), job().fraction(500).build()]
@@ -335,3 +336,22 @@ def test_remembered_states_give_what_a_fresh_meter_computes(
         )
         k = int(rng.integers(len(o)))
         state.allocate(placer().assignment(ctx, k))
+
+
+@pytest.mark.parametrize(("gpus_used", "cpu_used"), [(0, 0), (2, 24_000), (4, 48_000)])
+def test_default_keeps_a_share_off_the_only_node_a_large_type_fits(
+    gpus_used: int, cpu_used: int
+) -> None:
+    # Only "big" (128 CPUs, 768 GiB) holds the 8-GPU task with 120 CPUs and 700 GiB.
+    # A CPU-heavy share strands less GPU there, which drew it to "big" before node
+    # pressure; now taking "big"'s resources costs, and the share goes to "small".
+    gib = 1024
+    share = job().fraction(500).cpu(12_000).memory(48 * gib).build()
+    workload = [share] * 20 + [job().gpus(1).cpu(8000).memory(32 * gib).build()] * 20
+    workload += [job().gpus(8).cpu(120_000).memory(700 * gib).build()]
+    state = cluster(
+        node("big").gpus(8).cpu(128_000).memory(768 * gib),
+        node("small").gpus(8).cpu(96_000).memory(384 * gib).used(gpus_used).cpu_used(cpu_used),
+    )
+    (placed,) = Placer(placement_profile("default", workload=workload)).place(state, share) or ()
+    assert state.nodes[placed.node].name == "small"
