@@ -266,7 +266,9 @@ def test_multifactor_orders_the_cycle() -> None:
     [
         (pending(time_limit_s=7200), -7200.0),  # no estimate: the time limit
         (pending(time_limit_s=7200, runtime_estimate_s=600), -600.0),  # the predictor's estimate
-        (pending(time_limit_s=7200, runtime_estimate_s=0), 0.0),  # an estimate of 0 still counts
+        # an estimate of 0 still counts, as the 1 s any run holds
+        (pending(time_limit_s=7200, runtime_estimate_s=0), -1.0),
+        (pending(time_limit_s=7200, runtime_estimate_s=9000), -7200.0),  # never past the limit
     ],
 )
 def test_sjf_runtime_estimate(job: Job, expected: float) -> None:

@@ -126,7 +126,12 @@ class CycleCache:
 
 @dataclass
 class SchedulingProfile:
-    """The plugins one cycle runs with, and the cache its cycles share."""
+    """The plugins one cycle runs with, and the cache its cycles share.
+
+    With ``estimates`` a job is expected to hold its nodes for
+    ``Job.expected_runtime_s`` (a predictor's estimate, capped by the limit)
+    instead of its time limit: backfill plans and fits jobs with it.
+    """
 
     ordering: Ordering
     placement: PlacementProfile
@@ -134,6 +139,7 @@ class SchedulingProfile:
     gate: Gate | None = None
     backfill: Backfill | None = None
     preemption: Preemptor | None = None
+    estimates: bool = False
     cache: CycleCache = field(default_factory=CycleCache, repr=False, compare=False)
 
 
@@ -250,6 +256,8 @@ class _Cycle:
         self.state = snapshot.state
         self.journal = Journal(self.state)
         self.plan = Plan()
+        # How long a job is taken to hold its nodes: its limit, or its estimate.
+        self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
         cache = profile.cache
         self.tally = Tally.of_running(cache.running, cache.running.rows(snapshot.running))
         bf = profile.backfill
@@ -382,7 +390,7 @@ class _Cycle:
         never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
         failed = np.array([sh.failed_at for sh in shapes], dtype=np.int64)[codes]
         unplanned = np.array([sh.unplanned_at for sh in shapes], dtype=np.int64)[codes]
-        limit = queue.column("time_limit_s")
+        limit = queue.column(self.length_attr)
         bf = self.backfill
         capped = bf is not None and bool(self.waiting) and not bf.may_test(self.tested)
         tries = (limit < failed) & (not capped)
@@ -432,7 +440,8 @@ class _Cycle:
             self.events += 1
             return
         backfill = self.backfill
-        if job.time_limit_s < shape.failed_at and not (
+        length = self._length(job)
+        if length < shape.failed_at and not (
             backfill and self.waiting and not backfill.may_test(self.tested)
         ):
             self.tested += 1
@@ -443,7 +452,7 @@ class _Cycle:
                 for other in self.shapes.values():  # victims freed room: retry every shape
                     other.failed_at = NEVER
                 return
-            shape.failed_at = min(shape.failed_at, job.time_limit_s)
+            shape.failed_at = min(shape.failed_at, length)
         self._wait(job, access, shape)
 
     def _access(self, job: Job) -> Access:
@@ -476,8 +485,11 @@ class _Cycle:
         ctx = self._placer(nodes).context(self.state, r, Mode.TEST)
         return int(ctx.feasible.sum()) >= r.nodes
 
+    def _length(self, job: Job) -> int:
+        return job.expected_runtime_s if self.p.estimates else job.time_limit_s
+
     def _usable_now(self, job: Job, access: Access) -> BoolArray:
-        return access.nodes & access.blocks.usable(self.now, job.time_limit_s)
+        return access.nodes & access.blocks.usable(self.now, self._length(job))
 
     def _start(self, job: Job, access: Access) -> bool:
         usable = self._usable_now(job, access)
@@ -538,7 +550,7 @@ class _Cycle:
                 self.journal.rollback(mark)
                 continue
             taken[job_id] = room
-            self.timeline.add(_PROMISE + job_id, room, self.now + job.time_limit_s)
+            self.timeline.add(_PROMISE + job_id, room, self.now + self._length(job))
         return taken
 
     def _record_start(self, job: Job, placed: list[Assignment]) -> None:
@@ -546,7 +558,7 @@ class _Cycle:
             self.backfilled += 1  # ahead of a job its partition keeps waiting, as Slurm counts
         self.plan.starts[job.id] = placed
         self.tally.add(job)
-        end = self.now + job.time_limit_s
+        end = self.now + self._length(job)
         self.timeline.add(job.id, placed, end)
         if job.exclusive:
             self._block_nodes(placed, end)
@@ -617,7 +629,8 @@ class _Cycle:
         if backfill is None:
             self.strict_blocked.add(job.partition)
             return
-        if job.time_limit_s >= shape.unplanned_at or not backfill.wants_planned_start(
+        length = self._length(job)
+        if length >= shape.unplanned_at or not backfill.wants_planned_start(
             self.planned_count
         ):
             return
@@ -625,14 +638,14 @@ class _Cycle:
         planned = self.timeline.earliest(
             job.request,
             access.nodes,
-            job.time_limit_s,
+            length,
             access.blocks,
             horizon=backfill.horizon(self.now),
             whole_nodes=job.exclusive,
         )
         if planned is None:
             # Longer jobs of the shape, around only more planned starts, would find none either.
-            shape.unplanned_at = job.time_limit_s
+            shape.unplanned_at = length
         else:
             self._plan_start(job, planned)
 

@@ -106,6 +106,14 @@ class Job:
         """Milli-GPU the whole job holds, counted as limits and usage count it."""
         return gpu_milli_equivalent(self.request)
 
+    @property
+    def expected_runtime_s(self) -> int:
+        """How long the job is expected to hold its nodes: its estimate, never past its
+        limit (the hard bound); the limit when it has none."""
+        if self.runtime_estimate_s is None:
+            return self.time_limit_s
+        return max(1, min(self.runtime_estimate_s, self.time_limit_s))
+
 
 @lru_cache(maxsize=4096)  # a queue repeats a few request shapes many times
 def gpu_milli_equivalent(r: Request) -> int:

@@ -10,7 +10,7 @@ failing, a grace time running out) is the driver's to notice and report.
 
 API (``now`` is the driver's clock in integer seconds)::
 
-    book = JobBook(nodes, qos, partitions, ledger=None, reservations=())
+    book = JobBook(nodes, qos, partitions, ledger=None, reservations=(), estimates=False)
     book.submit(job, runs=None)            # queue a pending job (runs: how many it had)
     book.restore(running, run=N, signal=None)  # a run already under way (recovery)
     book.withdraw(job_id) -> Job           # take a pending job off the queue
@@ -79,7 +79,7 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """A run that began: its number (1 for the first), where, and its time-limit end."""
+    """A run that began: its number (1 for the first), where, and its expected end."""
 
     job_id: str
     run: int
@@ -152,8 +152,11 @@ class JobBook:
         *,
         ledger: UsageLedger | None = None,
         reservations: Sequence[Reservation] = (),
+        estimates: bool = False,
     ) -> None:
         self.state = ClusterState(nodes)
+        # A run's expected end: start + estimate (SchedulingProfile.estimates), else + limit.
+        self.estimates = estimates
         self.qos = qos
         self.partitions = partitions
         self.reservations = list(reservations)
@@ -276,7 +279,8 @@ class JobBook:
         self.runs[job_id] = run
         placed = tuple(assignments)
         running = replace(job, state=JobState.RUNNING, start_time=now, last_checkpoint=None)
-        r = RunningJob(running, placed, now + job.time_limit_s)
+        length = job.expected_runtime_s if self.estimates else job.time_limit_s
+        r = RunningJob(running, placed, now + length)
         self.running[job_id] = r
         if self.ledger is not None:
             self.ledger.start(r, now)

@@ -39,6 +39,17 @@ text, so it stays pure)::
     name = "alice"
     account = "vision"
 
+    [predict]                         # runtime prediction (policies.predict)
+    ordering = true                   # sjf ranks by estimates
+    backfill = true                   # backfill plans with estimated ends
+
+    [[windows]]                       # time-of-day overrides (policies.windows)
+    name = "night"
+    start = "20:00"
+    end = "08:00"
+    [windows.policy.backfill]
+    mode = "conservative"
+
 Every mistake is a ``PolicyError`` whose one-line message names the key, for
 example ``policy.toml: qos.high.preempt: a QoS cannot preempt itself`` or
 ``policy.toml: ordering.multifactor.weight_age: Input should be greater than
@@ -60,6 +71,7 @@ from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.protocols import Ordering
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
+from gpufleet.policies.predict import PredictArgs
 from gpufleet.policies.preemption import CheapestVictims
 from gpufleet.policies.priority import (
     LasArgs,
@@ -67,11 +79,13 @@ from gpufleet.policies.priority import (
     Multifactor,
     MultifactorArgs,
     ShortestJobFirst,
+    SjfArgs,
 )
 from gpufleet.policies.queue import Fifo
 from gpufleet.policies.registry import PLACEMENT, placement_profile
 from gpufleet.policies.reservations import Reservations
 from gpufleet.policies.validation import first_problem
+from gpufleet.policies.windows import WindowConfig
 
 
 class PolicyError(ValueError):
@@ -86,6 +100,7 @@ class OrderingConfig(_Strict):
     plugin: Literal["fifo", "multifactor", "sjf", "las"] = "multifactor"
     multifactor: MultifactorArgs = Field(default_factory=MultifactorArgs)
     las: LasArgs = Field(default_factory=LasArgs)
+    sjf: SjfArgs = Field(default_factory=SjfArgs)
 
 
 class PlacementConfig(_Strict):
@@ -167,6 +182,8 @@ class PolicyConfig(_Strict):
     accounts: tuple[AccountConfig, ...] = ()
     users: tuple[UserConfig, ...] = ()
     reservations: tuple[ReservationConfig, ...] = ()
+    predict: PredictArgs | None = None
+    windows: tuple[WindowConfig, ...] = ()
 
 
 class Policy:
@@ -177,6 +194,7 @@ class Policy:
         _unique((q.name for q in config.qos), "qos")
         _unique((p.name for p in config.partitions), "partitions")
         _unique((r.name for r in config.reservations), "reservations")
+        _unique((w.name for w in config.windows), "windows")
         self.qos = {q.name: QoS(**q.model_dump()) for q in config.qos}
         self.partitions = {p.name: Partition(**p.model_dump()) for p in config.partitions}
         self.reservations = tuple(Reservation(**r.model_dump()) for r in config.reservations)
@@ -207,7 +225,8 @@ class Policy:
             case "multifactor":
                 ordering = Multifactor(c.ordering.multifactor)
             case "sjf":
-                ordering = ShortestJobFirst()
+                by_estimate = c.predict is not None and c.predict.ordering
+                ordering = ShortestJobFirst(c.ordering.sjf, estimates=by_estimate)
             case "las":
                 ordering = LeastAttainedService(c.ordering.las)
         return SchedulingProfile(
@@ -217,6 +236,7 @@ class Policy:
             gate=Reservations(),
             backfill=Backfill(c.backfill) if c.backfill and c.backfill.mode != "none" else None,
             preemption=CheapestVictims() if c.preemption.enabled else None,
+            estimates=c.predict is not None and c.predict.backfill,
         )
 
 

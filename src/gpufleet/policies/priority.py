@@ -212,20 +212,41 @@ class Multifactor:
         return fs[codes[rows]], assoc[codes[rows]]
 
 
+class SjfArgs(BaseModel):
+    """Shortest job first's settings (``[ordering.sjf]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    aging: float = Field(
+        0.0,
+        ge=0,
+        description="seconds of runtime forgiven per second waited, so long jobs still start",
+    )
+
+
 class ShortestJobFirst:
-    """Shortest expected runtime first: the predictor's estimate if given, else the time limit."""
+    """Shortest expected runtime first, with aging against starvation.
+
+    A job's runtime is its estimate (``Job.expected_runtime_s``: a
+    predictor's, capped by the limit) with ``estimates``, else its time
+    limit. Its priority is minus that runtime plus ``aging`` x its wait, so a
+    job of runtime R waiting since t overtakes a new job of runtime R' once
+    it has waited (R - R') / aging.
+    """
 
     NAME: ClassVar[str] = "sjf"
 
+    def __init__(self, args: SjfArgs | None = None, *, estimates: bool = True) -> None:
+        self.args = args or SjfArgs()
+        self.estimates = estimates
+
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
-        return -np.fromiter(
-            (
-                j.time_limit_s if j.runtime_estimate_s is None else j.runtime_estimate_s
-                for j in pending
-            ),
-            dtype=np.float64,
-            count=len(pending),
-        )
+        length = attrgetter("expected_runtime_s" if self.estimates else "time_limit_s")
+        runtime = np.fromiter(map(length, pending), dtype=np.float64, count=len(pending))
+        if not self.args.aging:
+            return -runtime
+        submit = np.fromiter((j.submit_time for j in pending), np.float64, count=len(pending))
+        return self.args.aging * np.maximum(now - submit, 0) - runtime
 
 
 class LasArgs(BaseModel):

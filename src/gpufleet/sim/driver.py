@@ -22,6 +22,14 @@ and reservation start and end. A cycle runs after every instant with an
 event that may change a decision, at most once per ``min_gap_s``, and every
 ``interval_s`` while jobs wait, as the controller's loop does.
 
+**Predictions** (``policies.predict``): with a predictor, a job carries
+its runtime estimate from its arrival, and the predictor is told of each
+job when it finishes, so no estimate uses a job that had not finished yet.
+
+**Windows** (``policies.windows``): at each time the open windows change,
+the scheduling profile, QoS and partitions switch to that set's
+(``Regime``), and the result lists the switches.
+
 **Work.** A run lasts the job's remaining work or its time limit, whichever
 is less; a run cut by its limit ends the job as timed out. A run stopped by
 preemption or a node failure keeps the work up to its last checkpoint (a
@@ -37,10 +45,12 @@ import time as wallclock
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpufleet.core.accounts import Account, AccountTree, User
+from gpufleet.core.accounts import ROOT, Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
 from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
@@ -51,6 +61,7 @@ from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.engine.book import JobBook, RunEnd, Started
 from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.predict import Features, RuntimePredictor, with_estimate
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces.record import TraceJob
@@ -59,6 +70,8 @@ PREEMPTIBLE_QOS = "preemptible"
 """The QoS of preemptible trace jobs; the others' QoS is their priority class."""
 
 DEFAULT_ACCOUNT = "default"
+WINDOW_PATIENCE_S = 8 * 86_400
+"""With policy windows, how long a replay waits for one to let a stuck queue run."""
 
 
 def default_qos(*, preempt: bool) -> dict[str, QoS]:
@@ -100,6 +113,33 @@ class SimConfig(BaseModel):
     sample_s: int | None = Field(
         None, gt=0, description="time series step; None: about 500 samples over the trace"
     )
+    time_origin: str | None = Field(
+        None,
+        description="what the trace's time 0 is, for policy windows: 'epoch' (its times are "
+        "Unix seconds) or an ISO 8601 date and time",
+    )
+
+    @field_validator("time_origin")
+    @classmethod
+    def _origin(cls, value: str | None) -> str | None:
+        if value is not None and value != "epoch":
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(
+                    "must be 'epoch' or an ISO 8601 time such as 2026-03-02T00:00:00Z, "
+                    f"got {value!r}"
+                ) from None
+        return value
+
+    def origin(self) -> int | None:
+        """The Unix time of the trace's time 0 (None: not given); a time without a zone is UTC."""
+        if self.time_origin is None:
+            return None
+        if self.time_origin == "epoch":
+            return 0
+        at = datetime.fromisoformat(self.time_origin)
+        return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp())
 
 
 def to_job(t: TraceJob, config: SimConfig, qos: Collection[str] = ()) -> Job:
@@ -157,6 +197,12 @@ class JobRecord:
     lost_preemption_gpu_s: float = 0.0
     lost_failure_gpu_s: float = 0.0
     lost_other_gpu_s: float = 0.0
+    predicted_s: int = -1  # the runtime estimate at its first arrival (-1: none)
+
+    @property
+    def name(self) -> str:
+        """The job's name, when the trace gives one (a prediction feature)."""
+        return self.trace.labels.get("name", "")
 
     @property
     def finished(self) -> bool:
@@ -192,6 +238,27 @@ class SimResult:
     wall_s: float
     entitlement: dict[str, float] = field(default_factory=dict)
     node_failures: int = 0
+    windows: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    """Each time the open policy windows changed, and the windows open from then."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The policy in force while a set of windows is open."""
+
+    scheduling: SchedulingProfile
+    qos: dict[str, QoS]
+    partitions: dict[str, Partition]
+
+
+class WindowPlan(Protocol):
+    """Which windows are open when (``policies.windows.Windows``), and their policy."""
+
+    def open(self, t: int) -> tuple[str, ...]: ...
+
+    def next_change(self, t: int) -> int | None: ...
+
+    def regime(self, open_windows: tuple[str, ...]) -> Regime: ...
 
 
 ProgressFn = Callable[[int, int], None]
@@ -205,7 +272,8 @@ class Simulation:
     partition (of all nodes) per name the jobs use. ``shares`` maps an
     account to its fairshare shares (its entitlement; 1 when absent).
     ``reservations`` become the snapshot's advance reservations, each
-    starting and ending with an event.
+    starting and ending with an event. ``predictor`` estimates each job's
+    runtime at its arrival; ``windows`` switches the policy by the hour.
     """
 
     def __init__(
@@ -220,10 +288,17 @@ class Simulation:
         partitions: dict[str, Partition] | None = None,
         reservations: Sequence[Reservation] = (),
         shares: dict[str, float] | None = None,
+        associations: tuple[Sequence[Account], Sequence[User]] = ((), ()),
         fairshare: FairshareArgs | None = None,
         progress: ProgressFn | None = None,
+        predictor: RuntimePredictor | None = None,
+        windows: WindowPlan | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.predictor = predictor
+        self.windows = windows
+        self.window_marks: list[tuple[int, tuple[str, ...]]] = []
+        self.open_windows: tuple[str, ...] | None = None
         self.name = name or scheduling.ordering.NAME
         self.sched = scheduling
         self.qos = qos or default_qos(preempt=scheduling.preemption is not None)
@@ -235,12 +310,14 @@ class Simulation:
         self.done = 0
         self._build_records(nodes, jobs, reservations)
         names = sorted({r.job.partition for r in self.records.values()})
+        self.trace_partitions = {n: Partition(n) for n in names}
         self.book = JobBook(
             nodes,
             self.qos,
-            {**{n: Partition(n) for n in names}, **(partitions or {})},
-            ledger=self._build_ledger(shares or {}),
+            {**self.trace_partitions, **(partitions or {})},
+            ledger=self._build_ledger(shares or {}, associations),
             reservations=reservations,
+            estimates=scheduling.estimates,
         )
         self.faults = (
             FaultModel(self.config.mtbf_s, self.config.mttr_s, self.config.seed)
@@ -258,6 +335,7 @@ class Simulation:
         self.tick_at: int | None = None
         self.cycles = 0
         self.failures = 0
+        self.last_start = 0
         self.samples: list[Sample] = []
         self.next_sample = 0
         self.sample_s = self.config.sample_s or self._default_sample_s(jobs)
@@ -298,13 +376,26 @@ class Simulation:
             self.queue.push(res.start, Kind.RESERVATION)
             self.queue.push(res.end, Kind.RESERVATION)
 
-    def _build_ledger(self, shares: dict[str, float]) -> UsageLedger | None:
-        """The fairshare ledger (None without fairshare); sets ``entitlement``."""
-        pairs = sorted({(r.job.account, r.job.user) for r in self.records.values()})
+    def _build_ledger(
+        self, shares: dict[str, float], associations: tuple[Sequence[Account], Sequence[User]]
+    ) -> UsageLedger | None:
+        """The fairshare ledger (None without fairshare); sets ``entitlement``.
+
+        The tree is the profile's accounts and users (its hierarchy, shares and
+        ``FairShare=parent`` users), plus the trace's other associations: their
+        accounts under the root with ``shares`` (1 when absent), their users with
+        one share. Slurm's own ``root`` account holds no association, so its
+        jobs bill nobody.
+        """
+        accounts, users = associations
+        jobs = self.records.values()
+        pairs = sorted({(r.job.account, r.job.user) for r in jobs if r.job.account != ROOT})
         names = sorted({a for a, _ in pairs})
+        defined = {a.name for a in accounts}
+        held = {(u.account, u.name) for u in users}
         tree = AccountTree(
-            [Account(a, shares=shares.get(a, 1.0)) for a in names],
-            [User(u, a) for a, u in pairs],
+            [*accounts, *(Account(a, shares.get(a, 1.0)) for a in names if a not in defined)],
+            [*users, *(User(u, a) for a, u in pairs if (a, u) not in held)],
         )
         norm = tree.normalized_shares()
         self.entitlement = {a: float(norm[tree.account(a)]) for a in names}
@@ -334,7 +425,9 @@ class Simulation:
             for node, at in enumerate(self.faults.first_failures(self.state.num_nodes)):
                 self.queue.push(int(at), Kind.NODE_FAIL, node)
         first = self.queue.peek_time()
-        self.now = self.last_advance = first or 0
+        self.now = self.last_advance = self.last_start = first or 0
+        if self.windows is not None:
+            self._switch_windows()
         self.next_sample = self.now
         reported = -1
         while len(self.queue) and self.done < total:
@@ -363,6 +456,7 @@ class Simulation:
             capacity_milli=self.state.gpu_milli_installed,
             start=start,
             end=end,
+            windows=self.window_marks,
             alloc_milli_s=self.alloc_area,
             cycles=self.cycles,
             wall_s=wallclock.perf_counter() - started,
@@ -376,6 +470,8 @@ class Simulation:
             return False
         if self.faults is not None and not bool(self.state.healthy.all()):
             return False
+        if self.windows is not None and self.now - self.last_start < WINDOW_PATIENCE_S:
+            return False  # a window opening later in the week may let them run
         return self.cycles > 0 and not self.queue.holds(
             {Kind.ARRIVAL, Kind.RESERVATION, Kind.NODE_REPAIR}
         )
@@ -400,6 +496,9 @@ class Simulation:
         match ev.kind:
             case Kind.ARRIVAL:
                 rec = self.records[str(ev.key)]
+                if self.predictor is not None:
+                    rec.job = with_estimate(rec.job, self.predictor, rec.name)
+                    rec.predicted_s = rec.job.expected_runtime_s
                 self.book.submit(rec.job)
                 self.waiting[rec.job.account] += 1
                 return True
@@ -427,6 +526,9 @@ class Simulation:
                 self._repair(int(ev.key))
                 return True
             case Kind.RESERVATION:
+                return True
+            case Kind.WINDOW:
+                self._switch_windows()
                 return True
             case _:  # Kind.SCHEDULE
                 if ev.key == "deferred":
@@ -468,6 +570,7 @@ class Simulation:
         rec.assignments = rec.last_assignments = started.assignments
         if rec.first_start < 0:
             rec.first_start = now
+        self.last_start = now
         length = min(rec.remaining, job.time_limit_s)
         self.alloc_milli += job.gpu_milli
         self.held_milli[job.account] += job.gpu_milli
@@ -507,6 +610,9 @@ class Simulation:
             rec.saved_gpu_s = 0.0
         rec.remaining = max(0, rec.remaining - elapsed)
         self.done += 1
+        if self.predictor is not None:  # learnt now, when the job is known to be over
+            ran = rec.trace.duration_s - rec.remaining
+            self.predictor.observe(Features.of(rec.job, rec.name), ran)
 
     def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
         """A run ended early (preemption or failure): keep the checkpointed work."""
@@ -530,6 +636,22 @@ class Simulation:
         rec.requeues += 1
         rec.job = end.job  # the job as queued again, its attained service grown
         self.waiting[rec.job.account] += 1
+
+    # -- policy windows --------------------------------------------------------
+    def _switch_windows(self) -> None:
+        """Put in force the policy of the windows open now; wake at the next change."""
+        assert self.windows is not None
+        now_open = self.windows.open(self.now)
+        if now_open != self.open_windows:
+            self.open_windows = now_open
+            regime = self.windows.regime(now_open)
+            self.sched = regime.scheduling
+            self.book.qos = regime.qos
+            self.book.partitions = {**self.trace_partitions, **regime.partitions}
+            self.window_marks.append((self.now, now_open))
+        change = self.windows.next_change(self.now)
+        if change is not None:
+            self.queue.push(change, Kind.WINDOW)
 
     # -- faults ----------------------------------------------------------------
     def _fail(self, node: int) -> None:

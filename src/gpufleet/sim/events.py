@@ -27,8 +27,9 @@ class Kind(IntEnum):
     NODE_FAIL = 3
     NODE_REPAIR = 4
     RESERVATION = 5  # a reservation starts or ends: the gate's answer changes
-    ARRIVAL = 6
-    SCHEDULE = 7
+    WINDOW = 6  # policy windows open or close: the policy changes
+    ARRIVAL = 7
+    SCHEDULE = 8
 
 
 class Event(NamedTuple):

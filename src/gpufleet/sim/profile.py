@@ -26,25 +26,41 @@ order) names files relative to this one, whose data lie under this file's
 (``overlay``): tables merge key by key, arrays of named tables (``[[qos]]``,
 ``[[partitions]]``, ...) merge entry by entry by ``name``, and anything else
 in this file replaces the base's value. A cycle of ``extends`` is refused.
+
+A ``[predict]`` table gives the replay a runtime predictor
+(``policies.predict``); ``[[windows]]`` switch the policy by the hour
+(``policies.windows``), on a clock that ``[sim] time_origin`` anchors.
+Each window's policy is checked at load time, laid over the file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
+from gpufleet.core.accounts import Account, User
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.policies.config import Policy, PolicyConfig
+from gpufleet.policies.predict import QuantilePredictor
 from gpufleet.policies.priority import Multifactor
 from gpufleet.policies.validation import first_problem
-from gpufleet.sim.driver import ProgressFn, SimConfig, SimResult, Simulation, default_qos
+from gpufleet.policies.windows import Windows
+from gpufleet.sim.driver import (
+    ProgressFn,
+    Regime,
+    SimConfig,
+    SimResult,
+    Simulation,
+    default_qos,
+)
 from gpufleet.sim.traces.record import TraceJob
 
 
@@ -65,6 +81,8 @@ class SimProfile:
     config: SimConfig
     qos: dict[str, QoS]
     partitions: dict[str, Partition]
+    data: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The file's data, ``[sim]`` and ``[[windows]]`` left out: what windows are laid over."""
 
     def qos_table(self) -> dict[str, QoS]:
         return {**default_qos(preempt=self.policy.config.preemption.enabled), **self.qos}
@@ -72,9 +90,50 @@ class SimProfile:
     def shares(self) -> dict[str, float]:
         return {a.name: a.shares for a in self.policy.config.accounts}
 
+    def associations(self) -> tuple[list[Account], list[User]]:
+        """The account tree the file defines, as accounts and users."""
+        c = self.policy.config
+        return [Account(**a.model_dump()) for a in c.accounts], [
+            User(**u.model_dump()) for u in c.users
+        ]
+
     def build(self, workload: Sequence[Request], seed: int) -> SchedulingProfile:
         """The scheduling plugins, with placement scorers fitted to ``workload``."""
         return self.policy.profile(workload, seed)
+
+    def windowed(self, names: tuple[str, ...]) -> SimProfile:
+        """This profile with the named windows' policies laid over it, in file order."""
+        data = self.data
+        for w in self.policy.config.windows:
+            if w.name in names:
+                data = overlay(data, w.policy)
+        return profile_from_dict(data, self.name)
+
+
+class ProfileWindows:
+    """A profile's windows for the driver (``sim.driver.WindowPlan``)."""
+
+    def __init__(self, profile: SimProfile, workload: Sequence[Request]) -> None:
+        origin = profile.config.origin()
+        assert origin is not None  # profile_from_dict insists on one with windows
+        self.profile = profile
+        self.workload = workload
+        self.schedule = Windows(profile.policy.config.windows, origin, ZoneInfo)
+        self.regimes: dict[tuple[str, ...], Regime] = {}
+
+    def open(self, t: int) -> tuple[str, ...]:
+        return self.schedule.open(t)
+
+    def next_change(self, t: int) -> int | None:
+        return self.schedule.next_change(t)
+
+    def regime(self, open_windows: tuple[str, ...]) -> Regime:
+        regime = self.regimes.get(open_windows)
+        if regime is None:
+            p = self.profile.windowed(open_windows)
+            sched = p.build(self.workload, self.profile.config.seed)
+            regime = self.regimes[open_windows] = Regime(sched, p.qos_table(), p.partitions)
+        return regime
 
 
 def default_profile() -> SimProfile:
@@ -178,13 +237,36 @@ def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
         raise ProfileError(first_problem(PolicyConfig, rest, e)) from None
     except InvalidSpec as e:
         raise ProfileError(str(e)) from None
-    return SimProfile(
+    rest.pop("windows", None)
+    profile = SimProfile(
         name=name,
         policy=policy,
         config=config,
         qos=policy.qos if "qos" in rest else {},
         partitions=policy.partitions if "partitions" in rest else {},
+        data=rest,
     )
+    _check_windows(profile)
+    return profile
+
+
+def _check_windows(profile: SimProfile) -> None:
+    """Every window has a clock to run on, a known time zone, and a policy that validates."""
+    windows = profile.policy.config.windows
+    if windows and profile.config.origin() is None:
+        raise ProfileError(
+            "sim.time_origin: windows need the trace's time origin: 'epoch' (its times "
+            "are Unix seconds) or the date and time of its time 0"
+        )
+    for w in windows:
+        try:
+            ZoneInfo(w.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ProfileError(f"windows.{w.name}.tz: unknown time zone {w.tz!r}") from None
+        try:
+            profile.windowed((w.name,))
+        except ProfileError as e:
+            raise ProfileError(f"windows.{w.name}.policy.{e}") from None
 
 
 def ordering_warning(profile: SimProfile, jobs: Sequence[TraceJob]) -> str | None:
@@ -194,8 +276,11 @@ def ordering_warning(profile: SimProfile, jobs: Sequence[TraceJob]) -> str | Non
     default, its runtime rounded up to ``limit_round_s``, so SJF without
     oracle limits ties every job under that step and runs them in FIFO order.
     """
-    if profile.policy.config.ordering.plugin != "sjf" or profile.config.oracle_limits:
+    config = profile.policy.config
+    if config.ordering.plugin != "sjf" or profile.config.oracle_limits:
         return None
+    if config.predict is not None and config.predict.ordering:
+        return None  # it orders by estimates, not limits
     missing = sum(1 for job in jobs if job.time_limit_s is None)
     if not missing:
         return None
@@ -216,8 +301,10 @@ def replay(
 ) -> SimResult:
     """Replay ``jobs`` on ``nodes`` under ``profile``; fairshare usage is tracked for
     multifactor ordering."""
-    sched = profile.build([t.request for t in jobs], profile.config.seed)
+    workload = [t.request for t in jobs]
+    sched = profile.build(workload, profile.config.seed)
     ordering = sched.ordering
+    predict = profile.policy.config.predict
     fairshare = ordering.args.fairshare if isinstance(ordering, Multifactor) else None
     sim = Simulation(
         nodes,
@@ -229,7 +316,10 @@ def replay(
         partitions=profile.partitions,
         reservations=profile.policy.reservations,
         shares=profile.shares(),
+        associations=profile.associations(),
         fairshare=fairshare,
         progress=progress,
+        predictor=QuantilePredictor(predict) if predict is not None else None,
+        windows=ProfileWindows(profile, workload) if profile.policy.config.windows else None,
     )
     return sim.run()

@@ -5,7 +5,8 @@ Ask sacct for at least these fields (``--format``), in any order::
     JobID,User,Account,Partition,Submit,Start,Elapsed,Timelimit,State,
     NNodes,AllocTRES,ReqTRES
 
-and ``QOS`` if the replay should run jobs under their QoS.
+and ``QOS`` if the replay should run jobs under their QoS, ``JobName`` to give
+a runtime predictor the jobs' names (the ``name`` label).
 
 ``-P`` separates fields with ``|`` (``-p``'s trailing ``|`` is accepted too);
 ``-X`` keeps one line per allocation. Should steps slip in (a ``JobID`` with a
@@ -124,6 +125,7 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
                 account=row["Account"],
                 qos=row.get("QOS", ""),
                 partition=row["Partition"],
+                labels={"name": row["JobName"]} if row.get("JobName") else {},
             )
         started.append((submit, job))
     if not started:

@@ -2,7 +2,8 @@
 
 Columns: ``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``.
 Only ``job_id``, ``num_gpu``, ``submit_time`` and ``duration`` (seconds) are
-required and used; ``iterations``, ``model_name`` and ``interval`` (the gap to
+required and used; ``model_name`` becomes the job's ``name`` label (a
+runtime predictor's feature); ``iterations`` and ``interval`` (the gap to
 the previous arrival) describe the synthetic training job and carry no
 scheduling information. A job wider than ``gpus_per_node`` (8 by default;
 Tiresias' own testbed had 4) becomes a gang of whole nodes (``whole_gpus``).
@@ -42,6 +43,7 @@ def load_tiresias(path: Path, options: TiresiasOptions | None = None) -> list[Tr
                     submit_time=seconds(path, line, "submit_time", row["submit_time"]),
                     duration_s=seconds(path, line, "duration", row["duration"]),
                     request=whole_gpus(gpus, gpus_per_node),
+                    labels={"name": row["model_name"]} if row.get("model_name") else {},
                 )
             )
     if not jobs:
