@@ -11,7 +11,8 @@ import pytest
 
 from builders import node
 from gpufleet.core.model import Node, Request
-from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, to_job
+from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, Simulation, to_job
 from gpufleet.sim.events import EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.metrics import job_rows, summarize
@@ -357,3 +358,42 @@ def test_a_backfill_interval_backfills_in_the_periodic_pass(interval: int, start
     }
     result = by_id(run(nodes(1, gpus=8), jobs, policy, interval_s=30))
     assert (result["b"].first_start, result["c"].first_start) == (1000, start_of_c)
+
+
+def test_the_replays_account_tree_is_the_profiles() -> None:
+    profile = profile_from_dict(
+        {
+            **FIFO,
+            "accounts": [
+                {"name": "research", "shares": 3},
+                {"name": "vision", "parent": "research"},
+            ],
+            "users": [
+                {"name": "ana", "account": "vision", "shares": 2},
+                {"name": "svc", "account": "vision", "shares": "parent"},
+            ],
+        },
+        "tree",
+    )
+    # ana and svc are the profile's; bob's account is only in the trace; root's jobs bill nobody.
+    jobs = [
+        tj("1", 0, 10, user="ana", account="vision"),
+        tj("2", 0, 10, user="svc", account="vision"),
+        tj("3", 0, 10, user="bob", account="other"),
+        tj("4", 0, 10, user="root", account="root"),
+    ]
+    sim = Simulation(
+        nodes(1),
+        jobs,
+        profile.build([], 0),
+        associations=profile.associations(),
+        fairshare=FairshareArgs(),
+    )
+    assert sim.book.ledger is not None
+    tree = sim.book.ledger.tree
+    assert tree.names[tree.parent[tree.account("vision")]] == "research"
+    assert tree.use_parent[tree.user("vision", "svc")]
+    assert tree.shares[tree.user("vision", "ana")] == 2
+    assert tree.names[tree.parent[tree.account("other")]] == "root"
+    # research 3 of 4 shares; vision its only child: 0.75. other: 1 of 4.
+    assert sim.entitlement == {"other": 0.25, "vision": 0.75}

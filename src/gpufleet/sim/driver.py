@@ -393,9 +393,9 @@ class Simulation:
         names = sorted({a for a, _ in pairs})
         defined = {a.name for a in accounts}
         held = {(u.account, u.name) for u in users}
+        more = [Account(a, shares=shares.get(a, 1.0)) for a in names if a not in defined]
         tree = AccountTree(
-            [*accounts, *(Account(a, shares.get(a, 1.0)) for a in names if a not in defined)],
-            [*users, *(User(u, a) for a, u in pairs if (a, u) not in held)],
+            [*accounts, *more], [*users, *(User(u, a) for a, u in pairs if (a, u) not in held)]
         )
         norm = tree.normalized_shares()
         self.entitlement = {a: float(norm[tree.account(a)]) for a in names}
