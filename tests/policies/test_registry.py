@@ -104,7 +104,8 @@ def test_unknown_policy_names_the_known_ones() -> None:
     assert isinstance(err.value, ValueError)
 
 
-def test_default_packs_shares_before_fragmentation_scores() -> None:
+def test_default_packs_shares_and_keeps_locality_before_fragmentation_scores() -> None:
     profile = placement_profile("default", workload=WORKLOAD)
-    assert [type(t).NAME for t in profile.tiers] == ["share-packing"]  # type: ignore[attr-defined]
+    tiers = [type(t).NAME for t in profile.tiers]  # type: ignore[attr-defined]
+    assert tiers == ["share-packing", "topology-tier"]
     assert [type(s).NAME for s, _ in profile.scorers] == ["fgd"]  # type: ignore[attr-defined]

@@ -416,3 +416,31 @@ def test_best_fit_splits_pair_jobs_on_the_same_arrivals() -> None:
     assert _split_jobs("best-fit", [1, 2]) == 1
     sizes = _fitting(np.random.default_rng(7).choice([1, 2], size=40).tolist())
     assert _split_jobs("best-fit", sizes) > _split_jobs("topology", sizes) == 0
+
+
+# -- default: locality across nodes ------------------------------------------------
+
+
+def _default_places(state: ClusterState, request: Request) -> list[Assignment]:
+    placed = Placer(placement_profile("default", workload=[request])).place(state, request)
+    assert placed is not None
+    return placed
+
+
+def test_default_keeps_a_gang_under_the_switch_that_holds_it_whole() -> None:
+    # "a" alone under sw1, "b" and "c" idle under sw2: packing by index alone would
+    # start the 2 x 8 gang on "a" and finish it on "b", across two switches.
+    board = (0,) * 8
+    nodes = [host("a", board, switch="sw1"), host("b", board, switch="sw2")]
+    nodes.append(host("c", board, switch="sw2"))
+    placed = _default_places(ClusterState(nodes), Request(gpus=8, nodes=2))
+    assert sorted(a.node for a in placed) == [1, 2]
+
+
+def test_default_puts_a_two_gpu_task_on_a_free_nvlink_pair_of_another_node() -> None:
+    # "a" has 4 free GPUs, one of each pair (0, 2, 4, 6 taken): a fuller node, which
+    # fragmentation prefers, but only one NUMA node for the task. "b" is idle: a free pair.
+    pairs = (0, 0, 1, 1, 2, 2, 3, 3)
+    state = cluster(host("a", pairs), host("b", pairs), used={"a": (0, 2, 4, 6)})
+    (placed,) = _default_places(state, gpus(2))
+    assert (state.nodes[placed.node].name, placed.gpus) == ("b", (0, 1))

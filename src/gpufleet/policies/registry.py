@@ -17,7 +17,7 @@ from gpufleet.policies.placement.fit import (
     RandomArgs,
 )
 from gpufleet.policies.placement.share import SharePacking
-from gpufleet.policies.placement.topology import Topology, TopologyPicker
+from gpufleet.policies.placement.topology import Topology, TopologyPicker, TopologyTier
 
 Builder = Callable[[Sequence[Request], int], PlacementProfile]
 
@@ -35,14 +35,15 @@ DEFAULT_FRAGMENTATION = FragmentationArgs(
 def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
     """A fractional task goes only where an optimal packing of the workload's shares
     would put it; among those places, FGD generalised (host memory counts, the
-    capacity measure joins the paper's, model pressure and stranded GPUs cost)
-    picks the node; on it, a multi-GPU task gets GPUs that share an NVLink
-    domain or NUMA node."""
+    capacity measure joins the paper's, node pressure and stranded GPUs cost)
+    picks the node among those with the best locality to be had (a gang under
+    one switch, a multi-GPU task in one NVLink domain or NUMA node); on it, the
+    task gets GPUs that share an NVLink domain or NUMA node."""
     return PlacementProfile(
         "default",
         scorers=[(FragmentationGradient(workload, DEFAULT_FRAGMENTATION), 1.0)],
         picker=TopologyPicker(),
-        tiers=[SharePacking(workload)],
+        tiers=[SharePacking(workload), TopologyTier()],
     )
 
 

@@ -220,3 +220,42 @@ class Topology:
             # Fitting switches by size, ascending, then the rest by room, descending.
             key = np.where(room >= need, room, ctx.state.num_nodes + need - room)
         return np.unique(key, return_inverse=True)[1].reshape(-1)
+
+
+class TopologyTier:
+    """Topology as a tier (``core.placement.Tier``): only the options with the best
+    locality class go on to the scorers.
+
+    Classes, best first: a gang's member under the switch that can hold the whole
+    gang (the first member: any switch with enough feasible nodes; later ones:
+    the switch holding most earlier members), then a multi-GPU request in one
+    NVLink domain, in one NUMA node, or spread. Within a class the scorers
+    choose freely, so ``default`` keeps packing by fragmentation and pays for
+    locality only where it is to be had. One-GPU, fractional, MIG and CPU-only
+    requests of one node cost nothing here.
+    """
+
+    NAME: ClassVar[str] = "topology-tier"
+
+    def __init__(self) -> None:
+        self._topology = Topology()
+
+    def cost(self, ctx: PlacementContext) -> FloatArray:
+        r = ctx.request
+        cost = np.zeros(len(ctx.options), dtype=np.float64)
+        if r.gpus < 2 and r.nodes < 2:
+            return cost
+        lay = self._topology.layout(ctx.state)
+        if r.gpus > 1:
+            score = _locality(ctx.eligible_gpus, lay.domain, lay.numa, ctx.options.node, r.gpus)
+            cost += (score <= DOMAIN - PENALTY).astype(np.float64)
+            cost += score <= NUMA - PENALTY
+        if r.nodes > 1:
+            switch = lay.switch[ctx.options.node]
+            if ctx.gang_nodes:
+                members = np.bincount(lay.switch[list(ctx.gang_nodes)], minlength=lay.num_switches)
+                cost -= 10.0 * members[switch]
+            else:
+                room = np.bincount(lay.switch[ctx.feasible], minlength=lay.num_switches)
+                cost += 10.0 * (room[switch] < r.nodes)
+        return cost
