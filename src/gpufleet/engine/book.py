@@ -14,6 +14,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.submit(job, runs=None)            # queue a pending job (runs: how many it had)
     book.restore(running, run=N, signal=None)  # a run already under way (recovery)
     book.withdraw(job_id) -> Job           # take a pending job off the queue
+    book.revise(job)                       # a pending job described anew (its estimate)
     book.snapshot(now) -> Snapshot         # what run_cycle reads
     book.apply(plan, now) -> Effects       # carry out run_cycle's plan
     book.finish(job_id, now) -> RunEnd     # a run ended by itself
@@ -212,6 +213,12 @@ class JobBook:
             self.ledger.start(r, r.job.start_time)
         for a in r.assignments:
             self.on_node[a.node].add(job_id)
+
+    def revise(self, job: Job) -> None:
+        """Describe a pending job anew (a new runtime estimate), keeping its place and runs."""
+        if job.id not in self.pending:
+            raise UnknownJob(job.id)
+        self.pending[job.id] = job
 
     def withdraw(self, job_id: str) -> Job:
         """Take a pending job off the queue (cancelled or held away) and return it."""

@@ -25,6 +25,8 @@ event that may change a decision, at most once per ``min_gap_s``, and every
 **Predictions** (``policies.predict``): with a predictor, a job carries
 its runtime estimate from its arrival, and the predictor is told of each
 job when it finishes, so no estimate uses a job that had not finished yet.
+Before a cycle that follows new finishes, the waiting jobs are estimated
+again.
 
 **Windows** (``policies.windows``): at each time the open windows change,
 the scheduling profile, QoS and partitions switch to that set's
@@ -44,7 +46,7 @@ from __future__ import annotations
 import time as wallclock
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -197,7 +199,7 @@ class JobRecord:
     lost_preemption_gpu_s: float = 0.0
     lost_failure_gpu_s: float = 0.0
     lost_other_gpu_s: float = 0.0
-    predicted_s: int = -1  # the runtime estimate at its first arrival (-1: none)
+    predicted_s: int = -1  # the runtime estimate it first started with (-1: none)
 
     @property
     def name(self) -> str:
@@ -298,6 +300,7 @@ class Simulation:
         self.predictor = predictor
         self.windows = windows
         self.window_marks: list[tuple[int, tuple[str, ...]]] = []
+        self.learnt = False  # the predictor heard of a finish since the queue was estimated
         self.open_windows: tuple[str, ...] | None = None
         self.name = name or scheduling.ordering.NAME
         self.sched = scheduling
@@ -498,7 +501,6 @@ class Simulation:
                 rec = self.records[str(ev.key)]
                 if self.predictor is not None:
                     rec.job = with_estimate(rec.job, self.predictor, rec.name)
-                    rec.predicted_s = rec.job.expected_runtime_s
                 self.book.submit(rec.job)
                 self.waiting[rec.job.account] += 1
                 return True
@@ -541,6 +543,8 @@ class Simulation:
     def cycle(self) -> Plan:
         """Run one scheduling cycle now and let the book apply its plan."""
         now = self.now
+        if self.learnt:
+            self._estimate_queue()
         plan = run_cycle(self.book.snapshot(now), self.sched, now)
         self.cycles += 1
         self.last_cycle = now
@@ -559,6 +563,21 @@ class Simulation:
             self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
         return plan
 
+    def _estimate_queue(self) -> None:
+        """Estimate every waiting job again with what the predictor has learnt."""
+        assert self.predictor is not None
+        self.learnt = False
+        known: dict[Features, int] = {}
+        for job in list(self.pending.values()):
+            rec = self.records[job.id]
+            f = Features.of(job, rec.name)
+            estimate = known.get(f)
+            if estimate is None:
+                estimate = known[f] = self.predictor.predict(f)
+            if estimate != job.runtime_estimate_s:
+                rec.job = replace(job, runtime_estimate_s=estimate)
+                self.book.revise(rec.job)
+
     # -- runs ------------------------------------------------------------------
     def _started(self, rec: JobRecord, started: Started) -> None:
         now, job = self.now, rec.job
@@ -570,6 +589,8 @@ class Simulation:
         rec.assignments = rec.last_assignments = started.assignments
         if rec.first_start < 0:
             rec.first_start = now
+            if self.predictor is not None:
+                rec.predicted_s = job.expected_runtime_s
         self.last_start = now
         length = min(rec.remaining, job.time_limit_s)
         self.alloc_milli += job.gpu_milli
@@ -613,6 +634,7 @@ class Simulation:
         if self.predictor is not None:  # learnt now, when the job is known to be over
             ran = rec.trace.duration_s - rec.remaining
             self.predictor.observe(Features.of(rec.job, rec.name), ran)
+            self.learnt = True
 
     def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
         """A run ended early (preemption or failure): keep the checkpointed work."""
