@@ -20,7 +20,7 @@ by uvicorn on 127.0.0.1.
   ``data-ready``), the token already in the tab; median of 3; null without a
   browser.
 
-``--quick`` does the same at 50 nodes (1,000 jobs) for the tests.
+``--quick`` does the same at 50 nodes (1,000 jobs) and 3 first loads for the tests.
 
 ``python benchmarks/dashboard.py --json`` prints the result as JSON on its last line.
 """
@@ -62,8 +62,7 @@ PAGE = ("/ui/", "/ui/app.js", "/ui/app.css")
 
 def build(root: Path, scale: dict[str, int], seed: int) -> Controller:
     """The store filled and a controller started on it, after one cycle."""
-    bare.NODES, bare.RUNNING, bare.PENDING = scale["nodes"], scale["running"], scale["pending"]
-    bare.MIG_NODES = min(bare.MIG_NODES, scale["nodes"] // 8)
+    bare.scale_to(scale["nodes"], scale["running"], scale["pending"])
     book, wl, _ = bare.build_book(seed)
     template = root / "template"
     store = Store(sqlite_url(template))
@@ -168,7 +167,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--quick", action="store_true", help="50 nodes and 1,000 jobs")
-    parser.add_argument("--repeat", type=int, default=7, help="first loads measured (>= 3)")
+    parser.add_argument("--repeat", type=int, help="first loads measured (7; 3 with --quick)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     scale = QUICK if args.quick else FULL
@@ -181,7 +180,8 @@ def main() -> None:
         token = controller.create_token(principal=ADMIN, name="bench", user="root", role="admin")
         with served(controller) as url:
             first_load(url, token.token)  # warm: imports and the server's first request
-            loads = [first_load(url, token.token) for _ in range(max(3, args.repeat))]
+            repeat = max(3, args.repeat or (3 if args.quick else 7))
+            loads = [first_load(url, token.token) for _ in range(repeat)]
             render = rendered(url, token.token, 3)
         with controller.store.read() as conn:
             jobs = conn.execute(sa.select(sa.func.count()).select_from(t.jobs)).scalar()

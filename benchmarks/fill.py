@@ -13,6 +13,7 @@ Two measurements:
   the wall time of the whole sweep on ``--workers`` processes.
 
 ``python benchmarks/fill.py --json`` prints the result as JSON on its last line.
+``--quick`` fills every tenth openb node (``quick.py``) with seed 42 only, in one process.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import csv
 import json
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
+import quick  # benchmarks/quick.py, beside this script
+from gpufleet.core.model import Node
 from gpufleet.sim.fill import run_fill
-from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, bundled, load_nodes, load_pods
+from gpufleet.sim.openb import DEFAULT_PODS, bundled, load_pods
 from gpufleet.sim.sweep import Trace, run_sweep
 
 # The published simulator's policy names for ours.
@@ -54,8 +58,7 @@ def published(anchors: Path | None) -> dict[str, float]:
     }
 
 
-def timed_runs(policy: str, seeds: list[int]) -> dict[str, float]:
-    nodes = load_nodes(bundled(DEFAULT_NODES))
+def timed_runs(nodes: list[Node], policy: str, seeds: list[int]) -> dict[str, float]:
     pods = load_pods(bundled(DEFAULT_PODS))
     run_fill(nodes, pods, policy, seeds[0] - 1, record=False)  # warm-up: numba cache, imports
     wall, cpu = [], []
@@ -70,25 +73,29 @@ def timed_runs(policy: str, seeds: list[int]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="random,best-fit,fgd,default")
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--timing-seeds", type=int, default=3)
+    parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
+    parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
+    parser.add_argument("--timing-seeds", type=int, help="timed runs a policy (3; 1 with --quick)")
     parser.add_argument(
         "--anchors",
         type=Path,
         default=Path(__file__).resolve().parent / "data/fgd_published_alloc_at_100.csv",
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="every tenth node, seed 42, 1 process")
     args = parser.parse_args()
     policies = args.policies.split(",")
-    lo, _, hi = args.seeds.partition("-")
+    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
+    workers = args.workers or (1 if args.quick else os.cpu_count() or 1)
+    timing_seeds = args.timing_seeds or (1 if args.quick else 3)
 
-    start = time.perf_counter()
-    runs = run_sweep(
-        Trace(bundled(DEFAULT_NODES), bundled(DEFAULT_PODS)), policies, seeds, workers=args.workers
-    )
-    sweep_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Trace(quick.openb_nodes_file(args.quick, Path(tmp)), bundled(DEFAULT_PODS))
+        start = time.perf_counter()
+        runs = run_sweep(trace, policies, seeds, workers=workers)
+        sweep_s = time.perf_counter() - start
+    nodes = quick.openb_nodes(args.quick)
     paper = published(args.anchors)
     results: dict[str, dict[str, object]] = {}
     for policy in policies:
@@ -101,12 +108,12 @@ def main() -> None:
             "published_at_100": round(paper[policy], 2) if policy in paper else None,
             **{
                 k: round(v, 3)
-                for k, v in timed_runs(policy, seeds[: args.timing_seeds]).items()
+                for k, v in timed_runs(nodes, policy, seeds[:timing_seeds]).items()
             },
         }
         if not args.json:
             print(policy, results[policy], flush=True)
-    out = {"results": results, "sweep_s": round(sweep_s, 1), "workers": args.workers,
+    out = {"results": results, "sweep_s": round(sweep_s, 1), "workers": workers,
            "runs": len(runs), "load_avg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps(out))
 

@@ -16,6 +16,8 @@ over seeds:
 
 ``python benchmarks/fill_targets.py --json`` prints the result as JSON on its
 last line; ``--workers`` runs (workload, policy, seed) on that many processes.
+``--quick`` fills every tenth openb node (``quick.py``) with seed 42 only, for openb
+and spec33 unless ``--workloads`` says otherwise, on one worker process.
 """
 
 from __future__ import annotations
@@ -27,27 +29,27 @@ import random
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 
-from fill_variants import VARIANTS
+import quick  # benchmarks/quick.py, beside this script
+from fill_variants import VARIANTS, constrainable_models
+from gpufleet.core.model import Node
 from gpufleet.sim.fill import FillRun, run_fill
-from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, load_nodes, load_pods
+from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
 from gpufleet.sim.report import summarize
 
 MIN_PODS = 10
 
 
-def pods_of(workload: str) -> list[TracePod]:
+def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
     base = load_pods(bundled(DEFAULT_PODS))
     if workload == "openb":
         return base
-    nodes = load_nodes(bundled(DEFAULT_NODES))
-    models = sorted({n.gpu_model for n in nodes if n.gpus and n.gpu_model != "A10"})
-    return VARIANTS[workload](base, models, random.Random(7))
+    return VARIANTS[workload](base, constrainable_models(nodes), random.Random(7))
 
 
-def one(job: tuple[str, str, int]) -> tuple[str, FillRun]:
-    workload, policy, seed = job
-    nodes = load_nodes(bundled(DEFAULT_NODES))
-    return workload, run_fill(nodes, pods_of(workload), policy, seed, record=False)
+def one(job: tuple[str, str, int, bool]) -> tuple[str, FillRun]:
+    workload, policy, seed, small = job
+    nodes = quick.openb_nodes(small)
+    return workload, run_fill(nodes, pods_of(workload, nodes), policy, seed, record=False)
 
 
 def compare(runs: list[FillRun]) -> dict[str, float]:
@@ -83,17 +85,20 @@ def compare(runs: list[FillRun]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default=",".join(["openb", *VARIANTS]))
-    parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workloads", help="W1,W2,... (default openb and every variant)")
+    parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
+    parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="1/10 nodes, 1 seed, 2 workloads")
     args = parser.parse_args()
-    lo, _, hi = args.seeds.partition("-")
+    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
-    workloads = args.workloads.split(",")
-    jobs = [(w, p, s) for w in workloads for p in ("default", "fgd") for s in seeds]
+    everything = ",".join(["openb", *VARIANTS])
+    workloads = (args.workloads or ("openb,spec33" if args.quick else everything)).split(",")
+    jobs = [(w, p, s, args.quick) for w in workloads for p in ("default", "fgd") for s in seeds]
     runs: dict[str, list[FillRun]] = {w: [] for w in workloads}
-    with ProcessPoolExecutor(args.workers) as pool:
+    workers = args.workers or (1 if args.quick else os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers) as pool:
         for workload, run in pool.map(one, jobs):
             runs[workload].append(run)
     results = {w: compare(runs[w]) for w in workloads}

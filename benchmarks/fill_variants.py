@@ -18,7 +18,8 @@ default pod list, deterministically (seeded), and runs the fill on each:
   CPUs and 600 GiB (which only the 128-core, 768-GiB nodes hold) come often.
 
 ``python benchmarks/fill_variants.py --json`` prints, as its last line, the
-mean allocation % at 100% arrived per variant and policy.
+mean allocation % at 100% arrived per variant and policy. ``--quick`` fills every
+tenth openb node (``quick.py``) with seed 42 only.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import random
 import statistics
 from collections.abc import Callable
 
-from gpufleet.core.model import Request
+import quick  # benchmarks/quick.py, beside this script
+from gpufleet.core.model import Node, Request
 from gpufleet.sim.fill import run_fill
-from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, load_nodes, load_pods
+from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
 
 Variant = Callable[[list[TracePod], list[str], random.Random], list[TracePod]]
 
@@ -114,19 +116,24 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+def constrainable_models(nodes: list[Node]) -> list[str]:
+    """Models a constraint may name, in a fixed order. The two 1-GPU A10 nodes are
+    left out: a pod pinned to them fails whatever the policy does."""
+    return sorted({n.gpu_model for n in nodes if n.gpus and n.gpu_model != "A10"})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="best-fit,fgd,default")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--seeds", default="42,43,44")
+    parser.add_argument("--seeds", help="S1,S2,... (default 42,43,44; 42 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="every tenth node, seed 42")
     args = parser.parse_args()
-    nodes = load_nodes(bundled(DEFAULT_NODES))
+    nodes = quick.openb_nodes(args.quick)
     base = load_pods(bundled(DEFAULT_PODS))
-    # Models a constraint may name, in a fixed order. The two 1-GPU A10 nodes are
-    # left out: a pod pinned to them fails whatever the policy does.
-    models = sorted({n.gpu_model for n in nodes if n.gpus and n.gpu_model != "A10"})
-    seeds = [int(s) for s in args.seeds.split(",")]
+    models = constrainable_models(nodes)
+    seeds = [int(s) for s in (args.seeds or ("42" if args.quick else "42,43,44")).split(",")]
     results: dict[str, dict[str, float]] = {}
     for name in args.variants.split(","):
         pods = VARIANTS[name](base, models, random.Random(7))

@@ -17,7 +17,8 @@ other GPU to a whole-GPU task: the allocation that packing would reach,
 slightly when late shares find no room and leave their GPU to a whole-GPU task.
 
 ``python benchmarks/fill_waste.py --json`` prints, as its last line, the mean
-and per-seed figures in percent of GPU capacity.
+and per-seed figures in percent of GPU capacity. ``--quick`` fills every tenth
+openb node (``quick.py``) with seed 42 only.
 """
 
 from __future__ import annotations
@@ -29,19 +30,13 @@ import statistics
 
 import numpy as np
 
+import quick  # benchmarks/quick.py, beside this script
 from gpufleet.core.model import MILLI, Node, Request
 from gpufleet.core.placement import Placer
 from gpufleet.core.state import ClusterState
 from gpufleet.policies.registry import placement_profile
 from gpufleet.sim.fill import sample_arrivals
-from gpufleet.sim.openb import (
-    DEFAULT_NODES,
-    DEFAULT_PODS,
-    TracePod,
-    bundled,
-    load_nodes,
-    load_pods,
-)
+from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
 
 LARGE_SHARE = 800
 
@@ -105,12 +100,13 @@ def one_seed(nodes: list[Node], pods: list[TracePod], policy: str, seed: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default="default")
-    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="every tenth node, seed 42")
     args = parser.parse_args()
-    lo, _, hi = args.seeds.partition("-")
+    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
-    nodes = load_nodes(bundled(DEFAULT_NODES))
+    nodes = quick.openb_nodes(args.quick)
     pods = load_pods(bundled(DEFAULT_PODS))
     per_seed = {s: one_seed(nodes, pods, args.policy, s) for s in seeds}
     keys = next(iter(per_seed.values())).keys()

@@ -12,7 +12,8 @@ to a temporary directory and read three ways, each timed three times:
   (seconds), read with no mapping.
 
 ``python benchmarks/trace_load.py --json`` prints the medians (seconds and
-rows per second) as JSON on its last line; ``--rows N`` changes the size.
+rows per second) as JSON on its last line; ``--rows N`` changes the size, and
+``--quick`` makes it 2,000.
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ def median_seconds(spec: str, repeats: int = 3) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rows", type=int, help="rows (default 100,000; 2,000 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="2,000 rows")
     args = parser.parse_args()
-    result: dict[str, object] = {"rows": args.rows}
+    rows = args.rows or (2_000 if args.quick else 100_000)
+    result: dict[str, object] = {"rows": rows}
     with tempfile.TemporaryDirectory() as tmp:
-        helios, native = write_logs(Path(tmp), args.rows)
+        helios, native = write_logs(Path(tmp), rows)
         cases = {
             "philly": f"philly:{helios}",
             "generic_mapped": f"generic:{helios},{MAPPING}",
@@ -87,7 +90,7 @@ def main() -> None:
             seconds, jobs = median_seconds(spec)
             result[name] = {
                 "seconds": round(seconds, 2),
-                "rows_per_s": round(args.rows / seconds),
+                "rows_per_s": round(rows / seconds),
                 "jobs": jobs,
             }
             if not args.json:

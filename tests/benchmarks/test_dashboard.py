@@ -8,25 +8,13 @@ jobs the store really holds, and the map it timed is not empty.
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "dashboard.py"
+from benchmark_commands import QuickRuns
 
 
-def test_quick_run_reports_the_first_load_of_a_filled_store() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--quick", "--repeat", "3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+def test_quick_run_reports_the_first_load_of_a_filled_store(quick_runs: QuickRuns) -> None:
+    result = quick_runs.of("dashboard.py").result()
     assert list(result)[-3:] == ["first_load_s", "nodes", "jobs"]
     assert (result["nodes"], result["jobs"]) == (50, 1000)
     assert 0 < result["map_s"] <= result["first_load_s"]

@@ -3,8 +3,8 @@
 Which blocks run:
 
 * ``docs/cli.md``, ``docs/operations.md``, ``docs/simulator.md``,
-  ``docs/cluster-file.md``, ``docs/fill.md``, ``docs/traces.md`` and
-  ``docs/slurm.md``: every fenced block whose info string starts with ``sh``,
+  ``docs/cluster-file.md``, ``docs/fill.md``, ``docs/traces.md``,
+  ``docs/slurm.md`` and ``docs/agent.md``: every fenced block whose info string starts with ``sh``,
   except those whose info string also says ``no-run`` (```` ```sh no-run ````):
   commands that need a real cluster, root or systemd, or replays too long for
   a test (the block says so).
@@ -18,7 +18,9 @@ Which blocks run:
 Every page runs from a directory holding a copy of the clone's
 ``examples/``, as the docs' commands run from the clone.
 
-(``docs/api.md`` has its own test, ``tests/api/test_docs.py``.)
+(``docs/api.md`` has its own test, ``tests/api/test_docs.py``, and the
+``python benchmarks/...`` commands of every page run in their quick mode in
+``tests/benchmarks/test_documented_commands.py``.)
 
 A page's blocks run in order as one bash script, under ``set -eu`` with
 each command traced, from an empty directory; every command must exit 0.
@@ -58,6 +60,7 @@ PAGES: dict[str, str | tuple[str, ...]] = {
     "docs/fill.md": "all",
     "docs/traces.md": "all",
     "docs/slurm.md": "all",
+    "docs/agent.md": "all",
     "README.md": ("live", "run"),
 }
 FIRST_SHELL = {

@@ -1,0 +1,180 @@
+"""Every benchmark command in the docs runs as written, in its quick mode.
+
+The benchmarks take minutes, so each command runs with ``--quick`` added
+(``conftest.py`` says how and where): it must exit 0 and end with a JSON line
+holding every figure the docs' tables quote (``KEYS``). Every script in
+``benchmarks/`` has a quick mode and runs here, whether a page names it or not,
+except those in ``EXCLUDED``, whose documented flags are checked against
+their ``--help`` instead.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from benchmark_commands import (
+    ROOT,
+    QuickRuns,
+    commands_in,
+    documented,
+    quick,
+    script_of,
+    scripts,
+)
+
+EXCLUDED = {
+    "vs_slurm.py": "submits its workload to a real Slurm (slurmctld, slurmd and slurmdbd), "
+    "which CI does not have",
+}
+
+
+def each(names: Iterable[str], leaves: Iterable[str], prefix: str = "") -> set[str]:
+    """``[prefix.]NAME.LEAF`` for every name and leaf."""
+    return {".".join(filter(None, (prefix, n, leaf))) for n in names for leaf in leaves}
+
+
+# The figures each script's JSON must hold, as dotted paths: what its section of
+# docs/benchmarks.md quotes (for a script no page names, what its docstring lists).
+KEYS: dict[str, set[str]] = {
+    # Fill: the table, the 130% line, Speed (wall and CPU s; all runs in one call).
+    "fill.py": {"sweep_s"}
+    | each(
+        ("random", "best-fit", "fgd", "default"),
+        (
+            "published_at_100",
+            "alloc_pct_at_100",
+            "per_seed_at_100",
+            "alloc_pct_at_130",
+            "wall_s",
+            "cpu_s",
+        ),
+        "results",
+    ),
+    # Where the free capacity sits: a row per policy.
+    "fill_waste.py": {"policy"}
+    | each(["mean"], ("alloc", "free", "beside_large_share", "stranded", "other"))
+    | {"mean.offline_bound"},
+    # Other workloads: a row per variant, a column per policy.
+    "fill_variants.py": each(
+        ("cpu2x", "cpu4x", "share60", "share100", "spec33", "multi30", "whole"),
+        ("best-fit", "fgd", "default"),
+        "alloc_pct_at_100",
+    ),
+    "fill_targets.py": {"targets_met"}
+    | each(["openb"], ("lead_at_100", "worst_gap", "worst_refusal_excess"), "results")
+    | {"results.openb.seconds_per_run"},
+    "cycle.py": {"full_cycle_median_s", "incremental_cycle_median_s", "peak_rss_mb"},
+    "sim_replay.py": {"openb_replay_s", "synthetic_100k_s", "peak_rss_mb"},
+    "trace_load.py": each(
+        ("philly", "generic_mapped", "generic_native"), ("jobs", "seconds", "rows_per_s")
+    ),
+    # Live controller: the table (a column per store), the crash test's line.
+    "api_load.py": {
+        f"{figure}_{store}"
+        for figure in ("submit_per_s", "submit_held_per_s", "submit_server_cpu_ms")
+        for store in ("sqlite", "postgres")
+    }
+    | {"array_10k_s", "array_10k_s_postgres", "read_p99_ms", "read_p99_ms_postgres"}
+    | {"show_p99_ms", "show_p99_ms_postgres", "crash_acknowledged", "crash_lost"}
+    | {"crash_duplicated", "crash_started_twice", "crash_runs", "crash_runs_after_restart"},
+    "live_cycle.py": {
+        "cycle_py_full_s",
+        "cycle_py_cold_s",
+        "live_first_cycle_s",
+        "live_cycle_s",
+        "same_state_bare_s",
+        "first_to_cycle_py_full",
+        "first_to_cycle_py_cold",
+        "live_to_same_state_bare",
+        "pending_in_book",
+    },
+    "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
+    "heartbeats.py": {"agents", "heartbeat_p99_ms", "failover_s"},
+    "locality.py": {"best_locality_pct", "seeds"},
+}
+
+
+def missing(result: dict[str, Any], paths: Iterable[str]) -> list[str]:
+    """The dotted paths that ``result`` lacks."""
+    gone = []
+    for path in sorted(paths):
+        node: Any = result
+        for key in path.split("."):
+            if not isinstance(node, dict) or key not in node:
+                gone.append(path)
+                break
+            node = node[key]
+    return gone
+
+
+def runs() -> list[str]:
+    """What runs: each page's commands, and each unnamed script's default."""
+    named = documented()
+    commands = [c for places in named.values() for _, c in places]
+    commands += [f"python benchmarks/{s} --json" for s in scripts() if s not in named]
+    return list(dict.fromkeys(quick(c) for c in commands if script_of(c) not in EXCLUDED))
+
+
+def test_commands_are_found_in_blocks_and_spans() -> None:
+    page = (
+        "Run `python benchmarks/a.py --json` or\n"
+        "```sh\npython benchmarks/b.py --json --x 1   # a comment\n"
+        "python benchmarks/c.py \\\n  --json\ngpufleet sim run\n```\n"
+        "`benchmarks/d.py` is a file, not a command; `python benchmarks/e.py --quick`.\n"
+    )
+    assert commands_in(page) == [
+        "python benchmarks/b.py --json --x 1",
+        "python benchmarks/c.py --json",
+        "python benchmarks/a.py --json",
+        "python benchmarks/e.py --quick",
+    ]
+    assert quick("python benchmarks/e.py --quick") == "python benchmarks/e.py --quick"
+    assert quick("python benchmarks/a.py --json") == "python benchmarks/a.py --json --quick"
+
+
+def test_the_docs_name_the_benchmarks() -> None:
+    named = documented()
+    assert {"fill.py", "cycle.py", "sim_replay.py", "api_load.py", "dashboard.py"} <= set(named)
+    for script, places in named.items():
+        for page, command in places:
+            assert (ROOT / "benchmarks" / script).is_file(), f"{page}: {command}: no such script"
+
+
+@pytest.mark.parametrize("script", [s for s in scripts() if s not in EXCLUDED])
+def test_every_script_has_a_quick_run_and_its_figures(script: str) -> None:
+    assert script in KEYS, (
+        f"benchmarks/{script}: give it --quick (seconds, the same JSON keys) and list "
+        "the figures the docs quote in KEYS"
+    )
+    assert any(script_of(c) == script for c in runs())
+
+
+@pytest.mark.parametrize("command", runs())
+def test_the_command_runs_quick_and_prints_the_documented_figures(
+    command: str, quick_runs: QuickRuns
+) -> None:
+    result = quick_runs.run(command).result()
+    assert not missing(result, KEYS.get(script_of(command), ())), (command, result)
+
+
+@pytest.mark.parametrize("script", sorted(EXCLUDED))
+def test_an_excluded_script_takes_its_documented_flags(script: str) -> None:
+    """It cannot run here, so its ``--help`` must at least start and list every flag
+    that a page gives it."""
+    assert (ROOT / "benchmarks" / script).is_file(), f"{script} is gone: drop it from EXCLUDED"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for page, command in documented().get(script, []):
+        for flag in (w.partition("=")[0] for w in shlex.split(command) if w.startswith("--")):
+            assert flag in done.stdout, f"{page}: {command}: {script} has no {flag}"
