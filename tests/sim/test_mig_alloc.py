@@ -15,8 +15,10 @@ from builders import node
 from gpufleet.core import mig
 from gpufleet.core.model import Node, Request
 from gpufleet.sim.driver import SimResult
+from gpufleet.sim.fill import run_fill
 from gpufleet.sim.htmlreport import write_report
 from gpufleet.sim.metrics import summarize, write_tables
+from gpufleet.sim.openb import TracePod
 from gpufleet.sim.profile import profile_from_dict, replay
 from gpufleet.sim.traces.record import TraceJob
 
@@ -132,3 +134,18 @@ def test_a_trace_of_mig_jobs_only_runs_on_several_nodes(policy: str, tmp_path: P
     result = replay(nodes, jobs, profile)
     assert [r.state for r in result.jobs] == ["completed"] * 6
     assert max(s.alloc_milli for s in result.samples) == 4 * (3000 // 7)
+
+
+@pytest.mark.parametrize("policy", ["best-fit", "fgd", "default"])
+def test_the_fill_counts_mig_pods_and_partitioned_gpus(policy: str) -> None:
+    # GPU 0 in seven 1g slices, GPU 1 whole: at most 7 x 142 + 1000 of 2000 milli.
+    nodes = [node("m").gpus(2).mig(",".join(["1g.10gb"] * 7), gpu=0).build()]
+    pods = [TracePod(f"mig{k}", Request(mig_profile="1g.10gb", mig_count=1)) for k in range(7)]
+    run = run_fill(nodes, [*pods, TracePod("whole", Request(gpus=1))], policy, seed=3)
+    assert max(run.alloc_pct) <= 99.7
+    # A pod list of MIG pods only fills too: 15 pods of 142 milli arrive by 100% of
+    # 2000 milli, the seven slices take seven of them.
+    only = run_fill(nodes, pods, policy, seed=3)
+    kind = "mig:1g.10gbx1 cpu<=0 mem<=0G"
+    assert (only.arrived_by_type, only.refused_by_type) == ({kind: 15}, {kind: 8})
+    assert only.at(100) == 49.7

@@ -5,7 +5,9 @@ at random with replacement until the GPUs they request reach ``tune`` (1.3)
 times the cluster's capacity, shuffle them, and place them one by one with
 no departures. At every 1% of arrived load, record the share of GPU capacity
 allocated and the share fragmented (``core.fragmentation``). A policy is as
-good as its allocation curve stays on the diagonal.
+good as its allocation curve stays on the diagonal. MIG-partitioned GPUs count
+in the capacity and a MIG pod in demand and allocation by its share of the
+GPU's compute slices (``core.job.gpu_milli_equivalent``), as in replays.
 
 A curve's average hides *who* is turned away, so each run also counts the
 pods refused by request type (``request_type``: GPUs, share of each GPU, CPU
@@ -23,9 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
+from gpufleet.core.job import gpu_milli_equivalent
 from gpufleet.core.model import Node, Request
 from gpufleet.core.placement import Placer
 from gpufleet.core.state import ClusterState, IntArray
+from gpufleet.core.workload import or_typical
 from gpufleet.policies.registry import placement_profile
 from gpufleet.sim.openb import TracePod
 
@@ -93,7 +97,7 @@ def sample_arrivals(
     """Pod indices: sampled with replacement until GPU demand reaches ``tune`` x capacity,
     then shuffled. Deterministic for a seed."""
     rng = np.random.default_rng(seed)
-    demand = np.array([p.request.total_gpu_milli for p in pods], dtype=np.int64)
+    demand = np.array([gpu_milli_equivalent(p.request) for p in pods], dtype=np.int64)
     if demand.sum() == 0:
         raise ValueError("the pod list requests no GPUs, so it can never fill the cluster")
     target = tune * capacity_milli
@@ -119,10 +123,10 @@ def run_fill(
 ) -> FillRun:
     """Fill a fresh cluster with one seed's arrivals under ``policy``."""
     state = ClusterState(nodes)
-    capacity = state.gpu_milli_capacity
+    capacity = state.gpu_milli_installed
     requests = [p.request for p in pods]
     placer = Placer(placement_profile(policy, workload=requests, seed=seed))
-    meter = FragmentationMeter(state, Workload.from_requests(requests, state.models))
+    meter = FragmentationMeter(state, Workload.from_requests(or_typical(requests), state.models))
     order = sample_arrivals(pods, capacity, seed, tune)
 
     levels = round(tune * 100)
@@ -142,7 +146,8 @@ def run_fill(
     for i in order:
         pod = pods[i]
         r = pod.request
-        arrived += r.total_gpu_milli
+        demand = gpu_milli_equivalent(r)
+        arrived += demand
         arrived_by[kinds[i]] += 1
         done = placer.place(state, r)
         if done is None:
@@ -153,7 +158,7 @@ def run_fill(
                 rows.append((pod.name, "", "", r.milli_per_gpu, r.cpu_milli, r.memory_mib))
         else:
             placed += 1
-            allocated += r.total_gpu_milli
+            allocated += demand
             if record:
                 for a in done:
                     gpus = "|".join(str(g) for g in a.gpus)
