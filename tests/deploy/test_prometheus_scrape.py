@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +27,7 @@ from api.live import serve
 from cli.live import gpufleet_env
 from deploy.conftest import DEPLOY
 from deploy.dashboards import BOARDS, board, concrete, expressions
+from deploy.live import free_port, process, until
 from gpufleet.api.app import create_app
 from gpufleet.controller.config import config_from_dict
 from gpufleet.controller.service import Controller, Principal
@@ -47,40 +44,7 @@ CONFIG: dict[str, Any] = {
 }
 NODES = ("n1", "n2")
 MODEL = "NVIDIA A100-SXM4-80GB"
-WAIT_S = 90.0  # the agents' first start and the first cycle compile numba kernels
 ADMIN = Principal(user="root", role="admin")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def until(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
-    """``check()`` once it is truthy, polled; fails naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-@contextmanager
-def process(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def agent_files(tmp: Path, node: str) -> Path:

@@ -17,6 +17,7 @@ from gpufleet.api import openapi, problems, web
 from gpufleet.api.auth import authenticate
 from gpufleet.api.routers import (
     agents,
+    alerts,
     cluster,
     config,
     dashboard,
@@ -49,7 +50,19 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
     app.state.stopping = False  # see routers.agents.stop_long_polls
     problems.install(app)
     app.add_middleware(problems.Guard, max_body=max_body_bytes)
-    for module in (health, jobs, nodes, cluster, usage, tokens, config, agents, dashboard, metrics):
+    for module in (
+        health,
+        jobs,
+        nodes,
+        cluster,
+        usage,
+        tokens,
+        config,
+        agents,
+        dashboard,
+        metrics,
+        alerts,
+    ):
         app.include_router(module.router)
     app.include_router(web.router())
 

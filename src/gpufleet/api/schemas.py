@@ -39,7 +39,7 @@ TERMINAL_STATES: frozenset[str] = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"}
 )
 
-Role = Literal["admin", "operator", "user", "node", "metrics"]
+Role = Literal["admin", "operator", "user", "node", "metrics", "alerts"]
 # A user hold: the owner's (or submitted held), which the owner may release. An admin hold:
 # an operator's or admin's, which only an operator or admin may release.
 HoldKind = Literal["user", "admin"]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 token = typer.Typer(help="Create, list and revoke API tokens in the store.", no_args_is_help=True)
 
-ROLES = ("admin", "operator", "user", "node", "metrics")
+ROLES = ("admin", "operator", "user", "node", "metrics", "alerts")
 
 Data = Annotated[
     Path | None, typer.Option("--data", help="the controller's data directory (SQLite store)")
@@ -63,7 +63,9 @@ def open_store(data: Path | None, db: str | None) -> Iterator[Store]:
 @token.command("create")
 def create(
     user: Annotated[str, typer.Option("--user", help="whom the token stands for")],
-    role: Annotated[str, typer.Option("--role", help="admin, operator, user, node or metrics")],
+    role: Annotated[
+        str, typer.Option("--role", help="admin, operator, user, node, metrics or alerts")
+    ],
     node: Annotated[str | None, typer.Option("--node", help="the node, for role node")] = None,
     name: Annotated[str | None, typer.Option("--name", help="a label; default: the user")] = None,
     data: Data = None,

@@ -51,6 +51,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
+from gpufleet.controller.alerts import AlertsConfig
+from gpufleet.controller.alerts import problems as alert_problems
 from gpufleet.core.accounts import ROOT, AccountTree
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
@@ -175,6 +177,7 @@ class ControllerConfig(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     nodes: tuple[dict[str, Any], ...] = ()
     principals: tuple[PrincipalConfig, ...] = ()
+    alerts: AlertsConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready and TOML-shaped (no nulls); ``config_from_dict`` gives back an equal one."""
@@ -191,6 +194,8 @@ class ControllerConfig(_Strict):
             problems += _node_references(self.policy, nodes)
         problems += _server_problems(self.server, self.policy)
         problems += _principal_problems(self.principals, self.policy)
+        if self.alerts is not None:
+            problems += alert_problems(self.alerts, {p.name for p in self.policy.partitions})
         policy = None
         try:
             policy = Policy(_with_principals(self.policy, self.principals))

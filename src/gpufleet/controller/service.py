@@ -2348,14 +2348,14 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-_RANK = {"node": 0, "metrics": 0, "user": 1, "operator": 2, "admin": 3}
+_RANK = {"node": 0, "metrics": 0, "alerts": 0, "user": 1, "operator": 2, "admin": 3}
 _SYSTEM = Principal(user="system", role="admin")
 
 
 def _require(principal: Principal, role: Role) -> None:
-    """Forbidden unless ``principal`` has ``role`` or a higher one (node and metrics tokens
-    rank lowest, each only its own)."""
-    lowest = principal.role in ("node", "metrics") and role != principal.role
+    """Forbidden unless ``principal`` has ``role`` or a higher one (node, metrics and alerts
+    tokens rank lowest, each only its own)."""
+    lowest = principal.role in ("node", "metrics", "alerts") and role != principal.role
     if _RANK[principal.role] < _RANK[role] or lowest:
         raise Forbidden(f"needs the {role} role")
 

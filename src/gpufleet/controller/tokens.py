@@ -32,7 +32,7 @@ from gpufleet.controller.errors import Invalid, NotFound
 from gpufleet.controller.views import TokenCreated, TokenOut
 
 TOKEN_PREFIX = "gf_"
-ROLES: tuple[Role, ...] = ("admin", "operator", "user", "node", "metrics")
+ROLES: tuple[Role, ...] = ("admin", "operator", "user", "node", "metrics", "alerts")
 CACHE_TTL_S = 5.0
 """How long a server trusts a valid token without reading the store again."""
 CACHE_SIZE = 4096
