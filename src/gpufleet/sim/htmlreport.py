@@ -4,7 +4,8 @@
 PNGs into ``out``; the HTML embeds the same PNGs as base64, so it opens
 anywhere without a network or the files beside it:
 
-* ``utilisation.png``: GPU allocation and queue length over time;
+* ``utilisation.png``: GPU allocation and queue length over time, with a
+  dashed line where the open policy windows changed (named above it);
 * ``jct_cdf.png``: the CDF of job completion time, one line per profile;
 * ``wait_by_size.png``: mean queueing delay by job size (GPUs);
 * ``fairshare.png``: each account's share of GPU time against its entitlement;
@@ -61,6 +62,12 @@ def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
         cap = r.capacity_milli or 1
         ax.step(t, [s.alloc_milli / cap * 100 for s in r.samples], where="post", label=r.profile)
         twin.step(t, [s.pending for s in r.samples], where="post", linestyle=":", alpha=0.6)
+    for r in results[:1]:  # the windows are the trace's clock: the same for every profile
+        for at, open_windows in r.windows:
+            x = (at - r.start) / 3600
+            ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
+            label = "+".join(open_windows) or "base"
+            ax.annotate(label, (x, 1), xycoords=("data", "axes fraction"), fontsize="x-small")
     ax.set(xlabel="hours", ylabel="GPU allocated, %", title="Utilisation (solid), queue (dotted)")
     twin.set_ylabel("jobs waiting")
     _legend(ax)

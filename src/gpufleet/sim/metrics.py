@@ -213,6 +213,8 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
         cycles=result.cycles,
         wall_s=result.wall_s,
     )
+    if result.windows:  # when the policy switched, and to which windows
+        summary["windows"] = [{"at": at, "open": list(names)} for at, names in result.windows]
     return summary
 
 
