@@ -1,8 +1,8 @@
 """Every benchmark command in the docs runs as written, in its quick mode.
 
 The benchmarks take minutes, so each command runs with ``--quick`` added
-(``conftest.py`` says how and where): it must exit 0 and end with a JSON line
-holding every figure the docs' tables quote (``KEYS``). Every script in
+(``benchmark_commands.py`` says how and where): it must exit 0 and end with a
+JSON line holding every figure the docs' tables quote (``KEYS``). Every script in
 ``benchmarks/`` has a quick mode and runs here, whether a page names it or not,
 except those in ``EXCLUDED``, whose documented flags are checked against
 their ``--help`` instead.
@@ -96,6 +96,14 @@ KEYS: dict[str, set[str]] = {
     "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
     "heartbeats.py": {"agents", "heartbeat_p99_ms", "failover_s"},
     "locality.py": {"best_locality_pct", "seeds"},
+    "fill_mig.py": each(
+        ("best-fit", "fgd", "default"), ("alloc_pct_at_100", "mig_refused_pct"), "results"
+    ),
+    "placement_departures.py": each(
+        ("best-fit", "fgd", "default"),
+        ("queue_mean_s", "jct_p95_s", "gpu_alloc_mean_pct"),
+        "results.x400",
+    ),
 }
 
 
@@ -146,12 +154,12 @@ def test_the_docs_name_the_benchmarks() -> None:
 
 
 @pytest.mark.parametrize("script", [s for s in scripts() if s not in EXCLUDED])
-def test_every_script_has_a_quick_run_and_its_figures(script: str) -> None:
+def test_every_script_lists_its_figures(script: str) -> None:
+    # Each one runs below, named or not; this says what its run must print.
     assert script in KEYS, (
         f"benchmarks/{script}: give it --quick (seconds, the same JSON keys) and list "
         "the figures the docs quote in KEYS"
     )
-    assert any(script_of(c) == script for c in runs())
 
 
 @pytest.mark.parametrize("command", runs())
