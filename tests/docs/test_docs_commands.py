@@ -16,7 +16,7 @@ Which blocks run:
   first does the same: it starts ``gpufleet up`` in the background.
 
 Every page runs from a directory holding a copy of the clone's
-``examples/``, as the docs' commands run from the clone.
+``examples/`` and ``deploy/``, as the docs' commands run from the clone.
 
 (``docs/api.md`` has its own test, ``tests/api/test_docs.py``, and the
 ``python benchmarks/...`` commands of every page run in their quick mode in
@@ -120,9 +120,10 @@ def test_the_commands_run_as_written(page: str, tmp_path: Path) -> None:
     assert blocks, f"{page} has no runnable blocks"
     work = tmp_path / "work"
     work.mkdir()
-    shutil.copytree(ROOT / "examples", work / "examples")
+    for shipped in ("examples", "deploy"):
+        shutil.copytree(ROOT / shipped, work / shipped)
     script = localized(FIRST_SHELL.get(page, "") + "".join(blocks), tmp_path, free_port())
-    for tool in ("curl", "sqlite3"):
+    for tool in ("curl", "sqlite3", "prometheus", "prometheus-alertmanager", "amtool"):
         if re.search(rf"\b{tool} ", script):
             assert shutil.which(tool), f"{page} uses {tool}: install it (.ci/run does)"
     assert "/tmp/" not in script.replace(str(tmp_path), ""), script
