@@ -13,7 +13,8 @@ The fill counts a MIG pod by its share of the GPU's compute slices
 
 ``python benchmarks/fill_mig.py --json`` prints, as its last line, the mean
 allocation % at 100% arrived per policy and the share of MIG pods refused by
-100% arrived.
+100% arrived. ``--quick`` fills every tenth openb node (``quick.py``) with seed
+42 only, in one process.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 
+import quick  # benchmarks/quick.py, beside this script
 from gpufleet.core.model import GPU, MILLI, Node, Request
 from gpufleet.sim.fill import FillRun, run_fill
-from gpufleet.sim.openb import DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, load_nodes, load_pods
+from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
 
 A100 = "A100-80GB"
 SEVENTHS = tuple(("1g.10gb", start) for start in range(7))
@@ -65,9 +68,9 @@ def mig_pods(pods: list[TracePod], share: float, rng: random.Random) -> list[Tra
     return out
 
 
-def one(job: tuple[str, int, float]) -> FillRun:
-    policy, seed, share = job
-    nodes = mig_nodes(load_nodes(bundled(DEFAULT_NODES)))
+def one(job: tuple[str, int, float, bool]) -> FillRun:
+    policy, seed, share, small = job
+    nodes = mig_nodes(quick.openb_nodes(small))
     pods = mig_pods(load_pods(bundled(DEFAULT_PODS)), share, random.Random(7))
     return run_fill(nodes, pods, policy, seed, record=False)
 
@@ -75,16 +78,18 @@ def one(job: tuple[str, int, float]) -> FillRun:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="best-fit,fgd,default")
-    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
     parser.add_argument("--mig-share", type=float, default=0.3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="1/10 nodes, seed 42")
     args = parser.parse_args()
-    lo, _, hi = args.seeds.partition("-")
+    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     policies = args.policies.split(",")
-    jobs = [(p, s, args.mig_share) for p in policies for s in seeds]
-    with ProcessPoolExecutor(args.workers) as pool:
+    jobs = [(p, s, args.mig_share, args.quick) for p in policies for s in seeds]
+    workers = args.workers or (1 if args.quick else os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers) as pool:
         runs = list(pool.map(one, jobs))
     results: dict[str, dict[str, float]] = {}
     for policy in policies:

@@ -19,7 +19,7 @@ A placement is *best* when it reaches that class (the same NVLink domain or
 NUMA node for all the task's GPUs; all the gang's nodes under one switch).
 Requests that fit nowhere are not counted. ``python benchmarks/locality.py
 --json`` prints, as its last line, the share of best choices per policy and
-request kind, over seeds 1-5.
+request kind, over seeds 1-5. ``--quick`` runs seed 1 with 60 requests.
 """
 
 from __future__ import annotations
@@ -133,16 +133,18 @@ def run(policy: str, seed: int, requests: int = 200) -> tuple[Counter[str], Coun
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="topology,default,best-fit,fgd")
-    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--seeds", help="S1,S2,... (default 1,2,3,4,5; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="seed 1, 60 requests")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [int(s) for s in (args.seeds or ("1" if args.quick else "1,2,3,4,5")).split(",")]
+    requests = 60 if args.quick else 200
     results: dict[str, dict[str, float]] = {}
     for policy in args.policies.split(","):
         best: Counter[str] = Counter()
         counted: Counter[str] = Counter()
         for seed in seeds:
-            b, c = run(policy, seed)
+            b, c = run(policy, seed, requests)
             best.update(b)
             counted.update(c)
         results[policy] = {k: round(100 * best[k] / counted[k], 1) for k in JUDGED if counted[k]}
