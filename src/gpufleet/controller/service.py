@@ -219,6 +219,7 @@ class Controller:
         # Per node, the kills last sent for each (job_id, run) and when: each is sent once.
         self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
         self._readings = ReadingsBoard()
+        self._heartbeats: dict[str, float] = {}  # node -> a sync time not yet stored
         self._facts: dict[str, dict[str, Any]] = {}  # what each node's NVML reported
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
@@ -983,7 +984,7 @@ class Controller:
                 info.saved_heartbeat is None
                 or now - info.saved_heartbeat >= self.setup.heartbeat_interval_s * 4
             )
-            if came_back or heartbeat_due:
+            if came_back:
                 self._writer().call(
                     lambda conn: conn.execute(
                         t.nodes.update()
@@ -991,9 +992,12 @@ class Controller:
                         .values(state="up", last_heartbeat=now)
                     )
                 )
+                self._heartbeats.pop(node, None)
                 info.saved_heartbeat = now
-                if came_back:
-                    self._set_state(info, "up")
+                self._set_state(info, "up")
+            elif heartbeat_due:
+                # Stored with the next cycle's transaction: a heartbeat never waits for a commit.
+                self._heartbeats[node] = info.saved_heartbeat = now
             ended = self._confirm_gone(node, body.running, now) or ended
             reply = self._reply(node, body.running, now)
             self._answered[node] = self._gen[node]
@@ -1596,7 +1600,13 @@ class Controller:
     ) -> None:
         """Nodes silent past the heartbeat timeout go DOWN; their runs end NODE_FAIL
         (requeued if requeueable), or as the kill under way said (a cancel stays a
-        cancel). The node rows change in the same transaction as the jobs."""
+        cancel). The node rows change in the same transaction as the jobs, and so do
+        the heartbeats syncs left to store."""
+        for name, at in self._heartbeats.items():
+            statements.append(
+                t.nodes.update().where(t.nodes.c.name == name).values(last_heartbeat=at)
+            )
+        self._heartbeats.clear()
         for name, info in self._nodes.items():
             if info.state != "up" or info.last_heartbeat is None:
                 continue
