@@ -15,6 +15,7 @@ from fastapi import Depends, FastAPI
 
 from gpufleet.api import openapi, problems, web
 from gpufleet.api.auth import authenticate
+from gpufleet.api.fastpath import SubmitFastPath
 from gpufleet.api.routers import (
     agents,
     alerts,
@@ -49,6 +50,7 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
     app.state.controller = controller
     app.state.stopping = False  # see routers.agents.stop_long_polls
     problems.install(app)
+    app.add_middleware(SubmitFastPath, controller=controller)  # inside Guard: one body message
     app.add_middleware(problems.Guard, max_body=max_body_bytes)
     for module in (
         health,
