@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet.agent.checks import NodeChecks
 from gpufleet.agent.runner import Runner
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.api.agent_schemas import (
@@ -35,6 +36,7 @@ from gpufleet.api.agent_schemas import (
     AgentRegister,
     AgentSync,
     GpuReading,
+    NodeHealth,
     RegisterReply,
     RunReport,
     SyncReply,
@@ -80,6 +82,7 @@ class Agent:
         telemetry: Telemetry | None = None,
         facts: Mapping[str, Any] | None = None,
         differences: Sequence[str] = (),
+        checks: NodeChecks | None = None,
         poll_s: float = 0.2,
         max_backoff_s: float = 30.0,
         max_wait_s: float = MAX_SYNC_WAIT_S,
@@ -92,6 +95,9 @@ class Agent:
         self._telemetry = telemetry
         self._facts = dict(facts or {})
         self._differences = list(differences)
+        self._checks = checks
+        self._health: NodeHealth | None = None
+        self._gpus: list[GpuReading] = []  # the last readings, for the checks
         self._poll_s = poll_s
         self._max_backoff_s = max_backoff_s
         self._max_wait_s = max_wait_s
@@ -114,6 +120,9 @@ class Agent:
         """
         monitor = threading.Thread(target=self._monitor, name="agent-monitor", daemon=True)
         monitor.start()
+        if self._checks is not None:
+            # Its own thread: a check script may take a minute, a heartbeat may not.
+            threading.Thread(target=self._check_loop, name="agent-checks", daemon=True).start()
         try:
             self._until_done(self.register)
             while not self._stop.is_set():
@@ -168,6 +177,7 @@ class Agent:
             wait_s=wait_s,
             gpus=self._readings(),
             checkpoints=self.runner.checkpoints(),
+            health=self._health,
         )
         data = self._post(
             client or self._poll_client, "/sync", body.model_dump(), timeout=wait_s + 15.0
@@ -220,10 +230,31 @@ class Agent:
         if self._telemetry is None:
             return []
         try:
-            return self._telemetry.readings()
+            self._gpus = self._telemetry.readings()
         except Exception:  # a telemetry fault must never stop the heartbeat
             log.exception("cannot read the GPUs from %s", self._telemetry.description)
             return []
+        return self._gpus
+
+    def _check_loop(self) -> None:
+        """Run the node's checks every interval; a changed verdict is sent at once."""
+        assert self._checks is not None
+        while not self._stop.is_set():
+            health = self._checks.run(self._gpus)
+            changed = self._health is None or (health.ok, health.reason, health.masked_gpus) != (
+                self._health.ok,
+                self._health.reason,
+                self._health.masked_gpus,
+            )
+            self._health = health
+            if not health.ok:
+                log.warning("node unhealthy: %s", health.reason)
+            if (changed or health.remediation) and self.registered.is_set():
+                try:
+                    self.sync(wait_s=0.0, client=self._flush_client)
+                except (httpx.HTTPError, NotRegistered, Refused) as e:
+                    log.debug("health report failed: %s", e)  # the next heartbeat carries it
+            self._stop.wait(self._checks.settings.interval_s)
 
     def _until_done(self, call: Any) -> Any:
         """``call()`` until it succeeds or ``stop``; back off on transient failures."""

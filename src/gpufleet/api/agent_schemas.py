@@ -139,12 +139,29 @@ class Checkpointed(_Request):
     at: float = Field(..., ge=0)
 
 
+class NodeHealth(_Request):
+    """The agent's latest health verdict (``agent/checks.py``).
+
+    ``ok`` False drains the node with ``reason``; ``ok`` again resumes a node
+    that its health drained (never an operator's drain). ``masked_gpus`` are
+    GPUs unhealthy in a way that spares the rest of the node. ``remediation``
+    says what the remediation command did, when it ran before this verdict.
+    """
+
+    ok: bool
+    reason: str = Field("", max_length=1024)
+    masked_gpus: list[int] = Field(default_factory=list, max_length=1024)
+    remediation: str = Field("", max_length=1024)
+    at: float = Field(0.0, ge=0)
+
+
 class AgentSync(_Request):
     """One sync: what runs now, what ended, and how long the agent will wait for work.
 
     ``gpus`` are the node's GPU readings at the sync; an agent that sends none
     (an older one, or a sync that only flushes reports) leaves the last ones.
-    ``checkpoints`` are the latest checkpoints of the runs held.
+    ``checkpoints`` are the latest checkpoints of the runs held, ``health``
+    the latest verdict of the node's checks (None: none has run yet).
     """
 
     running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
@@ -152,6 +169,7 @@ class AgentSync(_Request):
     wait_s: float = Field(0.0, ge=0.0, le=MAX_SYNC_WAIT_S)
     gpus: list[GpuReading] = Field(default_factory=list, max_length=1024)
     checkpoints: list[Checkpointed] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
+    health: NodeHealth | None = None
 
 
 class JobLaunch(BaseModel):

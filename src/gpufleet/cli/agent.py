@@ -9,6 +9,7 @@ starts fast.
 from __future__ import annotations
 
 import logging
+import shlex
 import signal
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:
+    from gpufleet.agent.checks import CheckSettings
     from gpufleet.agent.daemon import Agent
     from gpufleet.agent.inventory import Inventory
     from gpufleet.agent.runner import Runner
@@ -40,10 +42,12 @@ def node_agent(
     token: str,
     telemetry: Path | None = None,
     nvml: Any = None,
+    checks: CheckSettings | None = None,
 ) -> Agent:
     """The agent of the declared node: it registers the node's group table and GPU UUIDs
     and sends GPU readings from NVML (``nvml`` when loaded already), else from
     ``telemetry`` (by default the ``.telemetry.toml`` file beside the inventory)."""
+    from gpufleet.agent.checks import CheckSettings, NodeChecks
     from gpufleet.agent.daemon import Agent
     from gpufleet.agent.telemetry import open_telemetry, telemetry_path
 
@@ -58,6 +62,7 @@ def node_agent(
         ),
         facts=declared.facts.as_json() if declared.facts else {},
         differences=declared.differences,
+        checks=NodeChecks(checks or CheckSettings()),
         runner=runner,
     )
 
@@ -92,6 +97,25 @@ def agent(
             "the inventory NAME.toml)",
         ),
     ] = None,
+    check: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--check",
+            help="a health check command (NHC exit codes: 0 healthy); repeatable; "
+            "split like a shell would, never run by one",
+        ),
+    ] = None,
+    check_mount: Annotated[
+        list[str] | None,
+        typer.Option("--check-mount", help="a mount point that must answer; repeatable"),
+    ] = None,
+    remediate: Annotated[
+        str | None,
+        typer.Option("--remediate", help="a command to run when the node fails its checks"),
+    ] = None,
+    check_interval: Annotated[
+        float, typer.Option("--check-interval", min=1.0, help="seconds between health checks")
+    ] = 60.0,
     same_user: Annotated[
         bool,
         typer.Option(
@@ -102,10 +126,23 @@ def agent(
     ] = False,
 ) -> None:
     """Run this node's agent: register its inventory, then run the jobs the controller starts."""
+    from gpufleet.agent.checks import CheckSettings
     from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.agent.telemetry import load_nvml
+
+    try:
+        settings = CheckSettings(
+            scripts=tuple(tuple(shlex.split(c)) for c in check or ()),
+            mounts=tuple(check_mount or ()),
+            remediation=tuple(shlex.split(remediate or "")),
+            interval_s=check_interval,
+        )
+    except ValueError as e:
+        _fail(f"--check/--remediate: {e}")
+    if any(not argv for argv in settings.scripts):
+        _fail("--check: an empty command")
 
     nvml, _ = load_nvml()
     try:
@@ -124,7 +161,13 @@ def agent(
     for difference in declared.differences:
         log.warning("inventory %s differs from NVML: %s", inventory, difference)
     daemon = node_agent(
-        declared, runner, server=server, token=token, telemetry=telemetry, nvml=nvml
+        declared,
+        runner,
+        server=server,
+        token=token,
+        telemetry=telemetry,
+        nvml=nvml,
+        checks=settings,
     )
     failure: list[Refused] = []
     stopping = threading.Event()

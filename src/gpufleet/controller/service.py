@@ -65,6 +65,7 @@ from gpufleet.api.agent_schemas import (
     Checkpointed,
     JobKill,
     JobLaunch,
+    NodeHealth,
     RegisterReply,
     RunRef,
     RunReport,
@@ -145,6 +146,8 @@ MAX_SHAPES = 10_000
 """Distinct requests remembered for sharing; past this the memory starts again."""
 CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
+HEALTH_DRAIN = "health: "
+"""How a drain by the node's own health checks begins its reason (they may lift it)."""
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +223,7 @@ class Controller:
         self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
         self._readings = ReadingsBoard()
         self._heartbeats: dict[str, float] = {}  # node -> a sync time not yet stored
+        self._health: dict[str, NodeHealth] = {}  # each node's last health verdict
         self._facts: dict[str, dict[str, Any]] = {}  # what each node's NVML reported
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
@@ -977,6 +981,8 @@ class Controller:
                 raise NotFound(f"node {node}: not registered; register first")
             ended = self._apply_reports(node, body.reports, now)
             self._checkpointed(body.checkpoints, now)
+            if body.health is not None:
+                self._node_health(principal, info, body.health, now)
             info.last_heartbeat = now
             self._readings.record(node, now, body.gpus)
             came_back = info.state != "up"
@@ -1995,6 +2001,50 @@ class Controller:
             at = int(min(c.at, now))
             if at > (running.job.last_checkpoint or 0):
                 self.book.checkpoint(c.job_id, at)
+
+    def _node_health(
+        self, principal: Principal, info: NodeInfo, health: NodeHealth, now: float
+    ) -> None:
+        """Act on a node's changed health verdict: drain it with the reason, or resume a
+        node its health drained (an operator's drain stays). Each change, and each
+        remediation, is an event in the node's history."""
+        name = info.node.name
+        last = self._health.get(name) or NodeHealth(ok=True)  # silence until a problem
+        self._health[name] = health
+        events: list[tuple[str, dict[str, Any]]] = []
+        if health.remediation and last.at != health.at:
+            events.append(("node.remediation", {"result": health.remediation}))
+        if (last.ok, last.reason, last.masked_gpus) == (
+            health.ok,
+            health.reason,
+            health.masked_gpus,
+        ):
+            if not events:
+                return
+        else:
+            detail = {"ok": health.ok, "reason": health.reason, "masked_gpus": health.masked_gpus}
+            events.append(("node.health", detail))
+        by_health = info.drain and info.reason.startswith(HEALTH_DRAIN)
+        drain: bool | None = None
+        if not health.ok and (not info.drain or by_health):
+            drain, reason = True, HEALTH_DRAIN + health.reason
+        elif health.ok and by_health:
+            drain, reason = False, ""
+
+        def unit(conn: sa.Connection) -> None:
+            if drain is not None:
+                update = t.nodes.update().where(t.nodes.c.name == name)
+                conn.execute(update.values(drain=drain, reason=reason))
+            for action, detail in events:
+                persist.audit(
+                    conn, time=now, who=principal.user, action=action, target=name, detail=detail
+                )
+
+        self._writer().call(unit)
+        if drain is not None:
+            info.drain, info.reason = drain, reason
+            self._set_state(info, info.state)
+            log.warning("node %s %s", name, "drained: " + reason if drain else "healthy: resumed")
 
     def _agent_check(self, principal: Principal, node: str) -> None:
         if principal.role == "admin":

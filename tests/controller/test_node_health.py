@@ -1,0 +1,63 @@
+"""A node's health verdicts drain it with the reason, resume it, and fill its history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from controller.harness import ADMIN, ANA, OPERATOR, Cluster, spec
+from gpufleet.api.agent_schemas import AgentSync, NodeHealth
+from store.databases import Database
+
+
+@pytest.fixture
+def cluster(db: Database) -> Iterator[Cluster]:
+    c = Cluster(db)
+    c.register()
+    yield c
+    c.ctl.stop()
+
+
+def report(cluster: Cluster, node: str, **verdict: object) -> None:
+    health = NodeHealth(**{"ok": True, "at": cluster.clock.now(), **verdict})  # type: ignore[arg-type]
+    cluster.ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync(health=health))
+
+
+def events(cluster: Cluster, node: str) -> list[tuple[str, dict[str, object]]]:
+    entries = cluster.ctl.list_audit(principal=ADMIN).entries
+    return [(e.action, e.detail) for e in reversed(entries) if e.target == node]
+
+
+def test_a_failing_check_drains_and_new_jobs_avoid_the_node(cluster: Cluster) -> None:
+    report(cluster, "n1")
+    assert events(cluster, "n1") == []  # healthy from the start: nothing to record
+    report(cluster, "n1", ok=False, reason="mount /shared: no answer within 10 s")
+    node = cluster.ctl.get_node(principal=ADMIN, name="n1")
+    assert (node.state, node.reason) == ("drain", "health: mount /shared: no answer within 10 s")
+    report(cluster, "n1", ok=False, reason="mount /shared: no answer within 10 s")  # no news
+    jobs = [cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=4)).job_id for _ in "ab"]
+    cluster.ctl.run_cycle_now()
+    assert [cluster.state(j) for j in jobs] == ["RUNNING", "PENDING"]
+    assert cluster.where(jobs[0]) == "n2"
+    # Remediation ran and the checks pass again: resumed, every step in the history.
+    cluster.clock.advance(60)
+    report(cluster, "n1", ok=True, remediation="ran /usr/local/sbin/remount: exit 0")
+    assert cluster.ctl.get_node(principal=ADMIN, name="n1").state in ("idle", "mixed", "allocated")
+    assert events(cluster, "n1") == [
+        (
+            "node.health",
+            {"ok": False, "reason": "mount /shared: no answer within 10 s", "masked_gpus": []},
+        ),
+        ("node.remediation", {"result": "ran /usr/local/sbin/remount: exit 0"}),
+        ("node.health", {"ok": True, "reason": "", "masked_gpus": []}),
+    ]
+
+
+def test_health_never_lifts_an_operators_drain(cluster: Cluster) -> None:
+    cluster.ctl.drain_node(principal=OPERATOR, name="n2", reason="new DIMMs")
+    report(cluster, "n2", ok=False, reason="gpu 3: xid 79 (reboot class)")
+    assert cluster.ctl.get_node(principal=ADMIN, name="n2").reason == "new DIMMs"
+    report(cluster, "n2", ok=True)
+    node = cluster.ctl.get_node(principal=ADMIN, name="n2")
+    assert (node.state, node.reason) == ("drain", "new DIMMs")
