@@ -61,3 +61,18 @@ def test_health_never_lifts_an_operators_drain(cluster: Cluster) -> None:
     report(cluster, "n2", ok=True)
     node = cluster.ctl.get_node(principal=ADMIN, name="n2")
     assert (node.state, node.reason) == ("drain", "new DIMMs")
+
+
+def test_a_masked_gpu_is_avoided_while_the_node_works_on(cluster: Cluster) -> None:
+    report(cluster, "n1", masked_gpus=[0, 1, 2])
+    assert cluster.ctl.get_node(principal=ADMIN, name="n1").state == "idle"  # not drained
+    one = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=1, nodelist=["n1"])).job_id
+    pair = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=2, nodelist=["n1"])).job_id
+    cluster.ctl.run_cycle_now()
+    assert (cluster.state(pair), cluster.state(one)) == ("PENDING", "RUNNING")
+    gpus = cluster.ctl.get_node(principal=ADMIN, name="n1").gpus
+    assert [g.jobs for g in gpus] == [[], [], [], [one]]
+    report(cluster, "n1", masked_gpus=[])
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(pair) == "RUNNING"
+    assert [a for a, _ in events(cluster, "n1")] == ["node.health", "node.health"]

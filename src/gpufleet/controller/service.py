@@ -2006,8 +2006,9 @@ class Controller:
         self, principal: Principal, info: NodeInfo, health: NodeHealth, now: float
     ) -> None:
         """Act on a node's changed health verdict: drain it with the reason, or resume a
-        node its health drained (an operator's drain stays). Each change, and each
-        remediation, is an event in the node's history."""
+        node its health drained (an operator's drain stays); mask the GPUs it names,
+        so that new jobs avoid them while the rest of the node works. Each change,
+        and each remediation, is an event in the node's history."""
         name = info.node.name
         last = self._health.get(name) or NodeHealth(ok=True)  # silence until a problem
         self._health[name] = health
@@ -2041,6 +2042,9 @@ class Controller:
                 )
 
         self._writer().call(unit)
+        for g in set(last.masked_gpus) | set(health.masked_gpus):
+            if g < len(info.node.gpus):
+                self.book.mask_gpu(name, g, g in health.masked_gpus)
         if drain is not None:
             info.drain, info.reason = drain, reason
             self._set_state(info, info.state)

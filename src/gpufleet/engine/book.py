@@ -23,6 +23,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.node_down(node, now) -> [RunEnd]  # its runs are requeued
     book.node_up(node)
     book.cordon(node, usable)              # keep the placer off a node; its runs go on
+    book.mask_gpu(node, gpu, masked)       # keep the placer off one GPU; the node works on
     book.add_node(node); book.remove_node(name)
     book.replace_node(node)                # the same name described anew, where it stands
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
@@ -173,6 +174,8 @@ class JobBook:
         self.runs: dict[str, int] = {}
         self.on_node: list[set[str]] = [set() for _ in self.state.nodes]
         self.cordoned: set[str] = set()
+        # Masked GPUs by (node, index): the hold that keeps them, None while a run uses one.
+        self.masked: dict[tuple[str, int], Assignment | None] = {}
         self.last_backfill: int | None = None  # when a plan last came from a backfill pass
 
     # -- the queue -------------------------------------------------------------
@@ -337,6 +340,8 @@ class JobBook:
         for a in r.assignments:
             self.state.release(a)
             self.on_node[a.node].discard(job_id)
+        if self.masked:
+            self._hold_masks()  # a masked GPU this run used is free now
         start = r.job.start_time if r.job.start_time is not None else now
         job = r.job
         if outcome == "requeued":
@@ -406,6 +411,40 @@ class JobBook:
             self.state.healthy[i] = True
             self.state.version[i] += 1
 
+    def mask_gpu(self, node: str, gpu: int, masked: bool) -> None:
+        """Keep the placer off one GPU of ``node`` (``masked``), or let it back; the rest of
+        the node keeps working. A GPU in use is held once the runs on it have ended."""
+        key = (node, gpu)
+        if masked:
+            self.masked.setdefault(key, None)
+            self._hold_masks()
+            return
+        held = self.masked.pop(key, None)
+        if held is not None:
+            self.state.release(held)
+
+    def _hold_masks(self) -> None:
+        """Take every masked GPU that is free: all its milli-GPU, or all its MIG instances."""
+        st = self.state
+        for (name, g), held in self.masked.items():
+            i = st.index.get(name)
+            if held is not None or i is None or g >= st.gpu_exists.shape[1]:
+                continue
+            if not st.gpu_exists[i, g]:
+                continue
+            instances = (st.mig_node == i) & (st.mig_gpu == g)
+            hold = Assignment(
+                node=i,
+                gpus=(g,),
+                gpu_milli=int(st.gpu_milli_total[i, g]),
+                mig=tuple(int(m) for m in instances.nonzero()[0]),
+            )
+            try:
+                st.allocate(hold)
+            except OverAllocation:
+                continue  # a run still uses it
+            self.masked[(name, g)] = hold
+
     def add_node(self, node: Node) -> None:
         """A new node, usable at once; ValueError if its name is taken."""
         if node.name in self.state.index:
@@ -471,6 +510,8 @@ class JobBook:
                 self.on_node[a.node].add(job_id)
         if self.ledger is not None:
             self.ledger.state = new
+        self.masked = dict.fromkeys(self.masked)  # held again in the new state
+        self._hold_masks()
 
     # -- names -----------------------------------------------------------------
     def placements(self, assignments: Iterable[Assignment]) -> list[Placement]:
