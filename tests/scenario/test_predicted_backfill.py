@@ -51,3 +51,37 @@ def test_the_book_expects_a_run_to_end_by_its_estimate(estimates: bool, end: int
     out = sc.step()
     assert out.effects is not None
     assert [(s.job_id, s.expected_end) for s in out.effects.started] == [("short", end)]
+
+
+@pytest.mark.parametrize(
+    ("now", "end"),
+    [
+        (500, 700),  # still within its estimate: 100 + 600
+        (900, 1700),  # 200 s past it: as long again as it ran, 900 + 800
+        (4000, 5100),  # as long again would pass the limit: the limit's end, 100 + 5000
+    ],
+)
+def test_a_run_past_its_estimate_is_expected_to_run_as_long_again(now: int, end: int) -> None:
+    sc = Scenario([node("b").gpus(8)], now=100)
+    sc._book().estimates = True
+    sc.submit(qjob("r").gpus(4).limit(5000).with_(runtime_estimate_s=600))
+    sc.step()
+    assert [r.expected_end for r in sc._book().snapshot(now).running] == [end]
+
+
+def test_an_overrun_does_not_keep_a_planned_start_at_now() -> None:
+    # r was estimated at 600 s but runs on at 900; the gang needs both nodes
+    sc = Scenario([node("a").gpus(8), node("b").gpus(8)], now=100)
+    sc._book().estimates = True
+    sc.submit(qjob("r").gpus(4).limit(5000).with_(runtime_estimate_s=600).submit(0))
+    sc.step()
+    sc.submit(
+        qjob("gang").gpus(8).gang(2).submit(1),
+        qjob("small").gpus(2).limit(5000).with_(runtime_estimate_s=300).submit(2),
+    )
+    sc.now = 900
+    out = sc._outcome(run_cycle(sc.snapshot(), replace(sc.profile(), estimates=True)))
+    # r is expected until 900 + 800 = 1700: the gang is planned then, and small
+    # (900 + 300 = 1200 <= 1700) starts now beside r instead of waiting behind it
+    assert out.expected_start == {"gang": 1700}
+    assert out.starts == {"small": ["a"]}

@@ -235,6 +235,8 @@ class JobBook:
 
     def snapshot(self, now: int) -> Snapshot:
         """What a cycle at ``now`` reads: reservations not yet over, usage as of ``now``."""
+        if self.estimates:
+            self._extend_overruns(now)
         return Snapshot(
             state=self.state,
             running=list(self.running.values()),
@@ -248,6 +250,21 @@ class JobBook:
             promised=dict(self.promised),
             last_backfill=self.last_backfill,
         )
+
+    def _extend_overruns(self, now: int) -> None:
+        """A run past its estimated end is expected to run as long again, up to its limit.
+
+        Taken to end now, it would keep a waiting job's planned start at now,
+        and with it every node that job needs idle, until it really ends.
+        """
+        for job_id, r in self.running.items():
+            start = r.job.start_time
+            if r.expected_end > now or start is None or job_id in self.signals:
+                continue
+            bound = start + r.job.time_limit_s
+            if r.expected_end < bound:
+                end = min(bound, now + max(now - start, 1))
+                self.running[job_id] = replace(r, expected_end=end)
 
     # -- carrying out a plan ---------------------------------------------------
     def apply(self, plan: Plan, now: int) -> Effects:

@@ -19,9 +19,16 @@ once with numpy (100,000 jobs take well under a second to draw):
 * **User** from a Zipf law over ``users`` users (exponent ``user_skew``, so
   a few users submit most jobs); each user belongs to one of ``accounts``
   accounts, themselves drawn by a Zipf law, so accounts differ in size.
+* **Scripts** (``scripts`` > 0): each user runs that many scripts, and a
+  job is one of its user's, drawn equally often and named ``script<k>``
+  (the ``name`` label). A script has a typical duration, drawn as above for
+  one GPU; its jobs last that, grown with their GPUs as above, times
+  1 +- ``script_jitter``. Arrivals are rescaled to keep ``load``. This is
+  what runtime predictors learn from: the same script run again.
 * **Priority** from ``priority_mix`` (the QoS is named after the class;
   ``low`` jobs are preemptible), a time limit the user overestimates by
-  1 to ``limit_overestimate`` times and rounds up to an hour, and a
+  ``limit_overestimate_min`` (1) to ``limit_overestimate`` times and
+  rounds up to an hour, and a
   checkpoint every ``checkpoint_interval_s`` for ``checkpoint_share`` of
   the jobs that run longer than that.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
@@ -84,6 +91,9 @@ class WorkloadShape(BaseModel):
         default_factory=lambda: {"high": 0.1, "normal": 0.7, "low": 0.2}
     )
     limit_overestimate: float = Field(4.0, ge=1)
+    limit_overestimate_min: float = Field(1.0, ge=1)
+    scripts: int = Field(0, ge=0)
+    script_jitter: float = Field(0.1, ge=0, lt=1)
     checkpoint_interval_s: int = Field(1800, gt=0)
     checkpoint_share: float = Field(0.5, ge=0, le=1)
     cpu_milli_per_gpu: int = Field(8000, ge=0)
@@ -123,6 +133,8 @@ class WorkloadShape(BaseModel):
                 raise ValueError(f"priority_mix: {name}={weight} (classes: {known}, weights >= 0)")
         if sum(self.priority_mix.values()) <= 0:
             raise ValueError("priority_mix: weights sum to zero")
+        if self.limit_overestimate_min > self.limit_overestimate:
+            raise ValueError("limit_overestimate_min: must not exceed limit_overestimate")
         if self.min_duration_s > self.max_duration_s:
             raise ValueError("min_duration_s: must not exceed max_duration_s")
         return self
@@ -175,7 +187,20 @@ def generate(
     priority = rng.choice(
         len(classes), size=n_jobs, p=_normalised(list(shape.priority_mix.values()))
     )
-    factor = rng.uniform(1.0, shape.limit_overestimate, size=n_jobs)
+    factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, size=n_jobs)
+    script = np.full(n_jobs, -1, dtype=np.int64)
+    if shape.scripts:  # drawn only then, so the other workloads stay as they were
+        script = rng.integers(shape.scripts, size=n_jobs)
+        typical = shape.duration_median_s * np.exp(
+            shape.duration_sigma * rng.standard_normal((shape.users, shape.scripts))
+        )
+        jitter = rng.uniform(1 - shape.script_jitter, 1 + shape.script_jitter, size=n_jobs)
+        raw = typical[users, script] * np.maximum(gpus, 1.0) ** shape.size_duration_exponent
+        was = float(np.mean(gpus * durations))
+        durations = np.clip(np.rint(raw * jitter), shape.min_duration_s, shape.max_duration_s)
+        durations = durations.astype(np.int64)
+        # The same Poisson arrivals at the rate that keeps the offered load.
+        submits = np.floor(submits * float(np.mean(gpus * durations)) / was).astype(np.int64)
     limits = (np.ceil(durations * factor / 3600) * 3600).astype(np.int64)
     checkpoints = (durations > shape.checkpoint_interval_s) & (
         rng.random(n_jobs) < shape.checkpoint_share
@@ -197,6 +222,7 @@ def generate(
         priority.tolist(),
         limits.tolist(),
         checkpoints.tolist(),
+        script.tolist(),
         strict=True,
     )
     return [
@@ -213,8 +239,9 @@ def generate(
             preemptible=classes[cls] == "low",
             priority_class=classes[cls],
             checkpoint_interval_s=checkpoint if checkpointed else None,
+            labels={"name": f"script{k}"} if k >= 0 else {},
         )
-        for i, (submit, duration, size, mig, user, cls, limit, checkpointed) in enumerate(rows)
+        for i, (submit, duration, size, mig, user, cls, limit, checkpointed, k) in enumerate(rows)
     ]
 
 

@@ -1,0 +1,51 @@
+"""The synthetic generator's scripts (jobs run again) and its range of limit overestimates."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.sim.traces.record import TraceJob
+from gpufleet.sim.traces.synthetic import WorkloadShape, generate
+
+
+def test_scripts_repeat_with_their_typical_duration() -> None:
+    shape = WorkloadShape(scripts=3, script_jitter=0.1, size_mix={1: 1.0}, users=4)
+    jobs = generate(400, seed=4, gpus_total=8, shape=shape)
+    by_script: dict[tuple[str, str], list[int]] = {}
+    for j in jobs:
+        by_script.setdefault((j.user, j.labels["name"]), []).append(j.duration_s)
+    assert {name for _, name in by_script} == {"script0", "script1", "script2"}
+    for durations in by_script.values():  # 1 +- 0.1 of one typical duration (up to rounding)
+        assert max(durations) <= 1.1 / 0.9 * min(durations) + 1
+
+
+def offered_load(jobs: list[TraceJob], gpus: int) -> float:
+    span = jobs[-1].submit_time - jobs[0].submit_time
+    return sum(j.request.gpus * j.duration_s for j in jobs) / span / gpus
+
+
+def test_scripts_keep_the_offered_load() -> None:
+    shape = WorkloadShape(load=1.0, size_mix={1: 1.0})
+    plain = generate(3000, seed=4, gpus_total=8, shape=shape)
+    scripted = generate(3000, seed=4, gpus_total=8, shape=shape.model_copy(update={"scripts": 4}))
+    assert 0.7 < offered_load(scripted, 8) / offered_load(plain, 8) < 1.4
+
+
+def test_without_scripts_the_jobs_are_as_before() -> None:
+    jobs = generate(50, seed=3, gpus_total=64)
+    assert generate(50, seed=3, gpus_total=64, shape=WorkloadShape(scripts=0)) == jobs
+    assert all(not j.labels for j in jobs)
+
+
+@pytest.mark.parametrize(("low", "high"), [(2.0, 10.0), (1.0, 1.0)])
+def test_limits_overestimate_within_the_range(low: float, high: float) -> None:
+    shape = WorkloadShape(limit_overestimate_min=low, limit_overestimate=high)
+    for j in generate(300, seed=2, gpus_total=64, shape=shape):
+        assert j.time_limit_s is not None
+        # the factor times the duration, rounded up to an hour
+        assert low * j.duration_s <= j.time_limit_s < high * j.duration_s + 3600
+
+
+def test_the_overestimate_range_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="limit_overestimate_min: must not exceed"):
+        WorkloadShape(limit_overestimate_min=5, limit_overestimate=2)
