@@ -140,7 +140,23 @@ class SchedulingProfile:
     backfill: Backfill | None = None
     preemption: Preemptor | None = None
     estimates: bool = False
+    queue_depth: int = 0
+    """At most this many jobs considered per cycle, highest priority first (Slurm's
+    default_queue_depth); 0: every job. The plan gives the others no reason: they keep
+    the last one a cycle gave them."""
     cache: CycleCache = field(default_factory=CycleCache, repr=False, compare=False)
+
+    def clocked(self) -> bool:
+        """Whether a plugin's answer may change while only the clock moves.
+
+        A plugin says it has no such dependence with ``clocked = False``; one
+        that does not say is taken to have one. Times the snapshot names
+        (reservation starts and ends, begin times) do not count: drivers
+        treat them as events.
+        """
+        plugins: list[object] = [self.ordering, *self.admission]
+        plugins += [p for p in (self.gate, self.backfill, self.preemption) if p is not None]
+        return any(getattr(p, "clocked", True) for p in plugins)
 
 
 class Journal:
@@ -191,11 +207,15 @@ def partition_nodes(state: ClusterState, p: Partition) -> BoolArray:
 
 
 def queue_order(
-    priorities: FloatArray, pending: Sequence[Job], submit: IntArray | None = None
+    priorities: FloatArray,
+    pending: Sequence[Job],
+    submit: IntArray | None = None,
+    first: int = 0,
 ) -> list[int]:
     """Indices of ``pending`` by priority (higher first), then submit time, then id.
 
     ``submit``, when given, is the jobs' submit times, already gathered.
+    ``first`` > 0 returns only the first that many.
     """
     if submit is None:
         submit = np.fromiter((j.submit_time for j in pending), dtype=np.int64, count=len(pending))
@@ -203,13 +223,15 @@ def queue_order(
     p, t = priorities[order], submit[order]
     # Equal priority and submit time are rare: sort just those runs by id.
     same = np.flatnonzero((p[1:] == p[:-1]) & (t[1:] == t[:-1]))
-    result: list[int] = order.tolist()
+    cut = min(first, len(order)) if first else len(order)
+    same = same[same < cut]  # a run that starts before the cut is sorted whole
+    result: list[int] = order[: max(cut, int(same[-1]) + 2 if len(same) else 0)].tolist()
     if len(same):
         runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1)
         for run in runs:
             lo, hi = int(run[0]), int(run[-1]) + 2
             result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
-    return result
+    return result[:cut]
 
 
 CALM = 8
@@ -263,6 +285,7 @@ class _Cycle:
         bf = profile.backfill
         # A cycle between backfill passes is Slurm's main pass: as without backfill.
         self.backfill = bf if bf is not None and bf.runs_at(now, snapshot.last_backfill) else None
+        self.plan.clocked = bf is not None and self.backfill is None  # the pass is due later
         self.plan.backfilled = self.backfill is not None
         resolution = self.backfill.resolution if self.backfill else 1
         self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
@@ -306,7 +329,11 @@ class _Cycle:
         if candidates:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
             submit = table.values("submit_time", attrgetter("submit_time"))[rows[keep]]
-            self._walk(rows[keep][queue_order(prio, candidates, submit)])
+            depth = self.p.queue_depth
+            if depth and len(candidates) > depth:
+                plan.stats["beyond_depth"] = float(len(candidates) - depth)
+            self._walk(rows[keep][queue_order(prio, candidates, submit, depth)])
+        plan.clocked = plan.clocked or self.p.clocked()
         plan.stats.update(
             tested=float(self.tested),
             started=float(len(plan.starts)),
@@ -646,6 +673,7 @@ class _Cycle:
         if planned is None:
             # Longer jobs of the shape, around only more planned starts, would find none either.
             shape.unplanned_at = length
+            self.plan.clocked = True  # the horizon moves with the clock: a later cycle may plan it
         else:
             self._plan_start(job, planned)
 

@@ -36,9 +36,14 @@ class Plan:
     ``starts`` maps a job to its exact placement; ``expected_start`` maps a
     job that waits to its planned start (backfill's reservation for it), and
     ``expected_nodes`` to the nodes planned; ``reasons`` gives
-    every job left pending its Slurm reason. ``backfilled`` says the cycle
-    ran a backfill pass (``Backfill.runs_at``). ``stats`` are diagnostics:
-    timings in seconds and counters, for drivers to record.
+    every job left pending its Slurm reason (but those beyond the profile's
+    ``queue_depth``, which keep their last one). ``backfilled`` says the cycle
+    ran a backfill pass (``Backfill.runs_at``). ``clocked`` is False when a
+    cycle on the same snapshot at a later time would decide the same (no
+    plugin reads the clock, no planned start was cut off by the horizon, no
+    backfill pass was due later), so a driver may skip a periodic cycle while
+    nothing happens. ``stats`` are diagnostics: timings in seconds and
+    counters, for drivers to record.
     """
 
     starts: dict[str, list[Assignment]] = field(default_factory=dict)
@@ -46,5 +51,6 @@ class Plan:
     expected_start: dict[str, int] = field(default_factory=dict)
     expected_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    clocked: bool = False
     stats: dict[str, float] = field(default_factory=dict)
     backfilled: bool = False

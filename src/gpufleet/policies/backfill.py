@@ -19,7 +19,9 @@ Settings follow Slurm's SchedulerParameters: ``window_s`` (bf_window: starts
 further ahead than this are not planned), ``resolution_s`` (bf_resolution:
 a planned start's hold begins and ends rounded down to it, as in Slurm) and
 ``max_job_test`` (bf_max_job_test: once a job waits, at most this many jobs in
-all are tried per cycle).
+all are tried per cycle, and at most this many get a planned start, so a
+conservative cycle over a deep queue stays bounded; jobs past it wait
+unplanned, as past Slurm's limit).
 
 ``interval_s`` (bf_interval) gives Slurm's structure: backfill is a pass that
 runs at most once per interval, and the cycles in between are Slurm's main
@@ -46,13 +48,16 @@ class BackfillArgs(BaseModel):
 
 class Backfill:
     NAME: ClassVar[str] = "backfill"
+    clocked: ClassVar[bool] = False  # a planned start the horizon cuts off marks the plan instead
 
     def __init__(self, args: BackfillArgs | None = None) -> None:
         self.args = args or BackfillArgs()
         self.resolution = self.args.resolution_s
 
     def wants_planned_start(self, planned: int) -> bool:
-        return self.args.mode == "conservative" or planned == 0
+        if self.args.mode == "conservative":
+            return planned < self.args.max_job_test  # a deep queue costs at most this many
+        return planned == 0
 
     def horizon(self, now: int) -> int:
         return now + self.args.window_s

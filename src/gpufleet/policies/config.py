@@ -5,6 +5,7 @@ text, so it stays pure)::
 
     [ordering]
     plugin = "multifactor"            # fifo | multifactor | sjf | las
+    queue_depth = 0                   # default_queue_depth: jobs a cycle considers, 0 = all
     [ordering.multifactor]            # PriorityWeight* and friends
     weight_qos = 100000
     weight_fairshare = 10000
@@ -98,6 +99,7 @@ class _Strict(BaseModel):
 
 class OrderingConfig(_Strict):
     plugin: Literal["fifo", "multifactor", "sjf", "las"] = "multifactor"
+    queue_depth: int = Field(0, ge=0, description="jobs a cycle considers (default_queue_depth)")
     multifactor: MultifactorArgs = Field(default_factory=MultifactorArgs)
     las: LasArgs = Field(default_factory=LasArgs)
     sjf: SjfArgs = Field(default_factory=SjfArgs)
@@ -237,6 +239,7 @@ class Policy:
             backfill=Backfill(c.backfill) if c.backfill and c.backfill.mode != "none" else None,
             preemption=CheapestVictims() if c.preemption.enabled else None,
             estimates=c.predict is not None and c.predict.backfill,
+            queue_depth=c.ordering.queue_depth,
         )
 
 

@@ -33,6 +33,7 @@ class QosLimits:
     """MaxJobsPerUser, MaxTRESPerUser/PerAccount (GPUs), GrpTRES (GPUs) and MaxWall."""
 
     NAME: ClassVar[str] = "qos-limits"
+    clocked: ClassVar[bool] = False
 
     def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str:
         q = snapshot.qos[job.qos]
@@ -87,6 +88,7 @@ class PartitionLimits:
     """MaxTime, AllowAccounts and AllowQos of the job's partition."""
 
     NAME: ClassVar[str] = "partition-limits"
+    clocked: ClassVar[bool] = False
 
     def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str:
         p = snapshot.partitions[job.partition]

@@ -50,6 +50,7 @@ def exempt(snapshot: Snapshot, victim: Job, now: int) -> bool:
 
 class CheapestVictims:
     NAME: ClassVar[str] = "preemption"
+    clocked: ClassVar[bool] = True  # work at risk and exempt time grow with the clock
 
     def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]:
         s, job, now = req.snapshot, req.job, req.now

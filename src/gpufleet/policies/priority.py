@@ -153,6 +153,11 @@ class Multifactor:
         self.columns = QueueColumns()
         self._fairshare: tuple[AccountUsage, FloatArray] | None = None
 
+    @property
+    def clocked(self) -> bool:
+        """Age grows with the clock, and fairshare with the usage charged as it runs."""
+        return bool(self.args.weight_age or self.args.weight_fairshare)
+
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
         return weighted_priority(self.args, self.factors(snapshot, pending, now))
 
@@ -240,6 +245,11 @@ class ShortestJobFirst:
         self.args = args or SjfArgs()
         self.estimates = estimates
 
+    @property
+    def clocked(self) -> bool:
+        """Aging grows with the wait."""
+        return bool(self.args.aging)
+
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
         length = attrgetter("expected_runtime_s" if self.estimates else "time_limit_s")
         runtime = np.fromiter(map(length, pending), dtype=np.float64, count=len(pending))
@@ -277,6 +287,7 @@ class LeastAttainedService:
     """Least attained GPU service first (GPUs x seconds run, over all previous runs)."""
 
     NAME: ClassVar[str] = "las"
+    clocked: ClassVar[bool] = False
 
     def __init__(self, args: LasArgs | None = None) -> None:
         self.args = args or LasArgs()

@@ -12,9 +12,11 @@ from gpufleet.core.snapshot import FloatArray, Snapshot
 
 
 class Fifo:
-    """Priority is minus the submit time, so earlier jobs come first (ties: job id)."""
+    """Every job has the same priority, so the cycle's tie-break is the order: earlier
+    submission first, then lower job id."""
 
     NAME: ClassVar[str] = "fifo"
+    clocked: ClassVar[bool] = False
 
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
-        return -np.fromiter((j.submit_time for j in pending), dtype=np.float64, count=len(pending))
+        return np.zeros(len(pending))

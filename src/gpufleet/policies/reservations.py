@@ -44,6 +44,7 @@ def reserved_nodes(state: ClusterState, res: Reservation) -> BoolArray:
 
 class Reservations:
     NAME: ClassVar[str] = "reservations"
+    clocked: ClassVar[bool] = False  # it changes only at the starts and ends the snapshot names
 
     def __init__(self) -> None:
         self._snapshot: Snapshot | None = None

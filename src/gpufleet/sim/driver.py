@@ -20,7 +20,10 @@ exactly its duration with ``oracle_limits`` (what SJF-with-an-oracle needs).
 grace time (then requeue or cancel), node failure and repair (``sim.faults``),
 and reservation start and end. A cycle runs after every instant with an
 event that may change a decision, at most once per ``min_gap_s``, and every
-``interval_s`` while jobs wait, as the controller's loop does.
+``interval_s`` while jobs wait, as the controller's loop does. A periodic
+cycle after a cycle that started and preempted nobody, with no event since,
+would decide the same unless the plan says the clock alone may change it
+(``Plan.clocked``): such a cycle is counted but not run.
 
 **Predictions** (``policies.predict``): with a predictor, a job carries
 its runtime estimate from its arrival, and the predictor is told of each
@@ -238,6 +241,7 @@ class SimResult:
     alloc_milli_s: float  # integral of allocated milli-GPU over [start, end]
     cycles: int
     wall_s: float
+    cycles_skipped: int = 0  # periodic cycles known to decide nothing (see the module docstring)
     entitlement: dict[str, float] = field(default_factory=dict)
     node_failures: int = 0
     windows: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
@@ -336,7 +340,9 @@ class Simulation:
         self.last_cycle = -(10**18)
         self.deferred = False
         self.tick_at: int | None = None
+        self.settled = False  # the last cycle decided nothing and nothing happened since
         self.cycles = 0
+        self.skipped = 0
         self.failures = 0
         self.last_start = 0
         self.samples: list[Sample] = []
@@ -439,7 +445,10 @@ class Simulation:
             self._advance(t)
             wanted = False
             while len(self.queue) and self.queue.peek_time() == t:
-                wanted |= self._handle(self.queue.pop())
+                ev = self.queue.pop()
+                if self._handle(ev):
+                    wanted = True
+                    self.settled &= ev.kind is Kind.SCHEDULE
             if wanted:
                 self._maybe_cycle(t)
             self._sample()
@@ -463,6 +472,7 @@ class Simulation:
             alloc_milli_s=self.alloc_area,
             cycles=self.cycles,
             wall_s=wallclock.perf_counter() - started,
+            cycles_skipped=self.skipped,
             entitlement=self.entitlement,
             node_failures=self.failures,
         )
@@ -488,7 +498,12 @@ class Simulation:
         if not self.pending:
             return  # with nobody waiting a cycle can start or preempt nothing
         due = self.last_cycle + self.config.min_gap_s
-        if t >= due:
+        if t >= due and self.settled:
+            self.cycles += 1
+            self.skipped += 1
+            self.last_cycle = t
+            self._arm_tick()
+        elif t >= due:
             self.cycle()
         elif not self.deferred:
             self.deferred = True
@@ -558,10 +573,14 @@ class Simulation:
             self.queue.push(sig.deadline, Kind.PREEMPT, sig.job_id, sig.run)
         for started in effects.started:
             self._started(self.records[started.job_id], started)
-        if self.config.interval_s and self.pending and self.tick_at is None:
-            self.tick_at = now + self.config.interval_s
-            self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
+        self.settled = not (plan.starts or plan.preemptions or plan.clocked or effects.deferred)
+        self._arm_tick()
         return plan
+
+    def _arm_tick(self) -> None:
+        if self.config.interval_s and self.pending and self.tick_at is None:
+            self.tick_at = self.now + self.config.interval_s
+            self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
 
     def _estimate_queue(self) -> None:
         """Estimate every waiting job again with what the predictor has learnt."""
