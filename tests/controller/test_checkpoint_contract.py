@@ -71,3 +71,18 @@ def test_checkpoint_reports_reach_the_cost_model(cluster: Cluster) -> None:
     assert running[job].job.last_checkpoint == int(now)
     report(now + 1, run=2)  # not this run's
     assert running[job].job.last_checkpoint == int(now)
+
+
+def test_the_partitions_nccl_settings_reach_the_launch(db: Database) -> None:
+    nccl = {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5"}
+    c = Cluster(db, partitions={"gpu": Partition("gpu", nccl=nccl)})  # type: ignore[arg-type]
+    c.register()
+    try:
+        env = {"NCCL_IB_HCA": "mlx5_1", "MINE": "x"}
+        job = c.ctl.submit(principal=ANA, spec=spec(env=env)).job_id
+        c.ctl.run_cycle_now()
+        (launch,) = c.sync(c.where(job)).jobs_to_start
+        # The job's own environment wins over the partition's defaults.
+        assert launch.env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_1", "MINE": "x"}
+    finally:
+        c.ctl.stop()

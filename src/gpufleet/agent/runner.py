@@ -40,6 +40,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ DONE_TTL_S = 7 * 86400
 DIR_LOCK_WAIT_S = 1.0
 DEFAULT_WARN_BEFORE_S = 60  # Slurm's --signal default when no @seconds is given
 _SIGNAL_SPEC = re.compile(r"(B:)?([A-Za-z0-9]+)(?:@(\d+))?")
+MASTER_PORT_BASE = 20000
+MASTER_PORT_SPAN = 10000  # below Linux's ephemeral ports (32768 and up)
 CHECKPOINT_MARK = ".checkpointed"
 """Touched by a job after each complete checkpoint; its time is the checkpoint's."""
 
@@ -97,10 +100,40 @@ def job_environment(launch: JobLaunch, node: str) -> dict[str, str]:
     if launch.gpu_milli > 0:
         env["GPUFLEET_GPU_MILLI"] = str(launch.gpu_milli)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.gpu_uuids)
+    env.update(rank_environment(launch, node))
     if launch.checkpoint_dir:
         env["GPUFLEET_CHECKPOINT_DIR"] = launch.checkpoint_dir
         env["GPUFLEET_CHECKPOINT_MARK"] = str(Path(launch.checkpoint_dir) / CHECKPOINT_MARK)
     return env
+
+
+def rank_environment(launch: JobLaunch, node: str) -> dict[str, str]:
+    """This node's place in its run under the names torchrun and MPI programs read.
+
+    One task per node: the rank is the node's rank, the world the run's nodes.
+    The first node is the rendezvous (``MASTER_ADDR``, so node names must
+    resolve), on a port every node derives alike from the job id.
+    """
+    nodes = launch.node_list or [node]
+    rank, size = str(launch.node_rank), str(len(nodes))
+    port = MASTER_PORT_BASE + zlib.crc32(launch.job_id.encode()) % MASTER_PORT_SPAN
+    return {
+        "RANK": rank,
+        "NODE_RANK": rank,
+        "GROUP_RANK": rank,
+        "WORLD_SIZE": size,
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": nodes[0],
+        "MASTER_PORT": str(port),
+        "OMPI_COMM_WORLD_RANK": rank,
+        "OMPI_COMM_WORLD_SIZE": size,
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "PMI_RANK": rank,
+        "PMI_SIZE": size,
+        "SLURM_PROCID": rank,
+        "SLURM_NTASKS": size,
+    }
 
 
 def parse_signal_spec(spec: str) -> tuple[int, int, bool]:

@@ -2225,7 +2225,7 @@ class Controller:
             argv=spec.get("command"),
             script=spec.get("script"),
             workdir=spec["workdir"],
-            env=spec.get("env") or {},
+            env={**dict(self._partition_nccl(live)), **(spec.get("env") or {})},
             stdout_path=stdout,
             stderr_path=stderr,
             time_limit_s=live.time_limit_s,
@@ -2241,6 +2241,10 @@ class Controller:
             node_list=live.node_list,
             checkpoint_dir=self._checkpoint_dir(live),
         )
+
+    def _partition_nccl(self, live: LiveJob) -> tuple[tuple[str, str], ...]:
+        part = self.setup.partitions.get(live.partition)
+        return part.nccl if part is not None else ()
 
     def _checkpoint_dir(self, live: LiveJob) -> str:
         """The job's checkpoint directory: under its partition's storage (by user, then

@@ -174,7 +174,8 @@ class Partition:
     partition factor; ``priority_tier`` decides preemption between partitions
     (a higher tier may preempt jobs of a lower, preemptible one).
     ``checkpoint_dir`` is the storage the live controller gives its jobs'
-    checkpoint directories under ('' for one under each job's workdir).
+    checkpoint directories under ('' for one under each job's workdir);
+    ``nccl`` the ``NCCL_*`` variables its jobs get (their own environment wins).
     """
 
     name: str
@@ -188,10 +189,13 @@ class Partition:
     allowed_qos: tuple[str, ...] = ()
     preemptible: bool = True
     checkpoint_dir: str = ""
+    nccl: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
             raise InvalidSpec("partition.name", "must not be empty")
+        # A configuration gives a table; kept as sorted pairs, so the partition stays hashable.
+        object.__setattr__(self, "nccl", tuple(sorted(dict(self.nccl).items())))
         for key in ("default_time_s", "max_time_s", "priority_job_factor"):
             _non_negative(f"partition.{self.name}.{key}", getattr(self, key))
 

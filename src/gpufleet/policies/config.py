@@ -59,6 +59,7 @@ or equal to 0``.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -147,6 +148,15 @@ class PartitionConfig(_Strict):
     allowed_qos: tuple[str, ...] = ()
     preemptible: bool = True
     checkpoint_dir: str = ""
+    nccl: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("nccl")
+    @classmethod
+    def _nccl_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not re.fullmatch(r"NCCL_[A-Z0-9_]+", name):
+                raise ValueError(f"{name!r} is not an NCCL_* variable name")
+        return value
 
 
 class AccountConfig(_Strict):

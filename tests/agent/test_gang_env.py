@@ -1,0 +1,46 @@
+"""A gang task's environment under torchrun's and MPI's names, seen by a real Python job."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from agent.support import Launches, wait_ended
+from gpufleet.agent.runner import Runner, rank_environment
+
+NAMES = (
+    "RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK "
+    "OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID NCCL_IB_HCA"
+).split()
+
+
+def test_a_gang_task_knows_its_rank_and_the_rendezvous(runner: Runner, launch: Launches) -> None:
+    code = f"import json, os; print(json.dumps({{n: os.environ.get(n) for n in {NAMES!r}}}))"
+    gang = launch(
+        "40",
+        argv=[sys.executable, "-c", code],
+        node_rank=1,
+        node_list=["gpu-a", "n1", "gpu-c"],
+        env={"NCCL_IB_HCA": "mlx5_0", "RANK": "stale"},
+    )
+    runner.start(gang)
+    wait_ended(runner)
+    seen = json.loads(launch.output("40"))
+    port = seen.pop("MASTER_PORT")
+    assert seen == {
+        "RANK": "1",  # the scheduler's value wins over a stale submitted one
+        "WORLD_SIZE": "3",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "gpu-a",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "3",
+        "PMI_RANK": "1",
+        "PMI_SIZE": "3",
+        "SLURM_PROCID": "1",
+        "NCCL_IB_HCA": "mlx5_0",  # the partition's NCCL settings arrive in the env
+    }
+    # Every node derives the same port from the job id, below the ephemeral range.
+    other = rank_environment(gang.model_copy(update={"node_rank": 2}), "gpu-c")
+    assert other["MASTER_PORT"] == port and 20000 <= int(port) < 30000
+    single = rank_environment(launch("41", argv=["true"]), "n1")
+    assert (single["RANK"], single["WORLD_SIZE"], single["MASTER_ADDR"]) == ("0", "1", "n1")
