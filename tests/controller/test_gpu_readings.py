@@ -47,3 +47,19 @@ def test_inventory_differences_go_to_the_node_history(cluster: Cluster) -> None:
     entries = cluster.ctl.list_audit(principal=ADMIN).entries
     mine = [(e.action, e.target, e.detail) for e in entries if e.action == "node.inventory"]
     assert mine == [("node.inventory", "n1", {"differences": ["declares 4 GPUs, NVML finds 3"]})]
+
+
+def test_driver_drift_across_a_partition_is_reported(cluster: Cluster) -> None:
+    def register(node: str, driver: str) -> None:
+        body = AgentRegister(inventory=inventory(node), facts={"driver": driver, "cuda": "12.4"})
+        cluster.ctl.register_agent(principal=ADMIN, node=node, body=body)
+
+    register("n1", "550.54.15")
+    register("n2", "550.54.15")
+    register("n3", "535.104.05")  # left behind by an upgrade
+    register("n1", "550.54.15")  # agrees with most: nothing to report
+    entries = cluster.ctl.list_audit(principal=ADMIN).entries
+    drifts = [(e.target, e.detail) for e in entries if e.action == "node.drift"]
+    assert drifts == [
+        ("n3", {"drift": "partition gpu: driver 535.104.05, most of its nodes have 550.54.15"})
+    ]

@@ -85,6 +85,7 @@ from gpufleet.api.schemas import (
 from gpufleet.controller import accounting, dashboard, fairshare, persist
 from gpufleet.controller.clock import Clock, WallClock
 from gpufleet.controller.dashboard import ClusterMap, NodePage
+from gpufleet.controller.drift import drift
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import (
     check_nodes,
@@ -917,6 +918,12 @@ class Controller:
         with self._lock:
             self._running_check()
             info = self._nodes.get(node)
+            facts = {**self._facts, node: body.facts}
+            nodes = [n.node for n in self._nodes.values()]
+            partitions = self.setup.partitions.values()
+            history = [("node.drift", {"drift": d}) for d in drift(new, facts, nodes, partitions)]
+            for d in history:
+                log.warning("node %s: %s", node, d[1]["drift"])
             values = {
                 "name": node,
                 "inventory": body.inventory,
@@ -933,6 +940,10 @@ class Controller:
                 persist.upsert_node(conn, values)
                 if info is None:
                     persist.add_joined(conn, node)
+                for event, detail in history:
+                    persist.audit(
+                        conn, time=now, who=principal.user, action=event, target=node, detail=detail
+                    )
                 if body.differences:  # reported, not silently trusted: in the node's history
                     persist.audit(
                         conn,
