@@ -59,3 +59,17 @@ def test_a_metrics_token_reads_nothing_else(
             method, path, headers={"Authorization": f"Bearer {scraper}"}, json={}
         )
     assert answer.status_code == 403, (path, answer.text)
+
+
+def test_the_answer_is_gzipped_for_a_scraper_that_accepts_it(
+    cluster: Cluster, scraper: str
+) -> None:
+    auth = {"Authorization": f"Bearer {scraper}"}
+    with cluster.client(None) as client:
+        packed = client.get("/metrics", headers={**auth, "Accept-Encoding": "gzip"})
+        plain = client.get("/metrics", headers={**auth, "Accept-Encoding": "identity"})
+    assert packed.headers["content-encoding"] == "gzip"
+    assert "content-encoding" not in plain.headers
+    assert packed.num_bytes_downloaded < len(plain.content)
+    names = {f.name for f in text_string_to_metric_families(packed.text)}  # decoded by httpx
+    assert names == {f.name for f in text_string_to_metric_families(plain.text)}

@@ -95,6 +95,7 @@ KEYS: dict[str, set[str]] = {
         "pending_in_book",
     },
     "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
+    "metrics.py": {"scrape_s", "collect_s", "lock_s", "samples", "bytes", "gzip_bytes"},
     "heartbeats.py": {"agents", "heartbeat_p99_ms", "failover_s"},
     "locality.py": {"best_locality_pct", "seeds"},
     "fill_mig.py": each(

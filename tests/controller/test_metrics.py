@@ -17,8 +17,11 @@ from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
 from gpufleet.adapters.prometheus import DCGM_FIELDS, exposition
 from gpufleet.api.agent_schemas import AgentSync, GpuReading, RunReport
 from gpufleet.controller.config import config_from_dict
+from gpufleet.controller.metrics import _allocated
 from gpufleet.controller.service import Controller
 from gpufleet.controller.setup import setup_from_config
+from gpufleet.core.model import GPU, Node
+from gpufleet.core.state import Assignment, ClusterState
 from store.databases import Database
 
 CONFIG: dict[str, Any] = {
@@ -255,3 +258,17 @@ def test_preemption_and_requeue_are_counted(cluster: Cluster) -> None:
     cluster.sync(node, [report])
     assert cluster.state(urgent) == "PENDING"
     assert value(scrape(ctl), "gpufleet_jobs_requeued_total", partition="gpu") == 2
+
+
+def test_the_allocated_fraction_counts_shares_and_mig_slices() -> None:
+    slices = tuple(("1g.10gb", start) for start in range(7))
+    gpus = (
+        GPU(0, "A100-80GB", 81920, mig=slices),
+        GPU(1, "A100-80GB", 81920),
+        GPU(2, "A100-80GB", 81920),
+    )
+    state = ClusterState([Node(name="m", cpu_milli=8000, memory_mib=65536, gpus=gpus)])
+    state.allocate(Assignment(node=0, mig=(0, 1)))
+    state.allocate(Assignment(node=0, gpus=(1,), gpu_milli=500))
+    # 2 of GPU 0's 7 slices; half of GPU 1; GPU 2 free.
+    assert _allocated(state) == [[2 / 7, 0.5, 0.0]]

@@ -16,6 +16,12 @@ Two kinds of series (``docs/metrics.md`` lists every one):
 dcgm-exporter declares some DCGM fields counters, but their names lack the
 ``_total`` suffix that prometheus_client's counters add; they are exposed
 untyped under their exact names (``rate`` and ``increase`` work the same).
+
+The per-GPU series are most of a scrape (16 per GPU: 128,000 on 1,000
+nodes of 8 GPUs), so they are written in the text format here, each GPU's
+label set once for all its series, rather than through prometheus_client,
+which checks and escapes every label name of every sample (about 30 us a
+sample, seconds a scrape). The rest goes through prometheus_client.
 """
 
 from __future__ import annotations
@@ -23,16 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from gpufleet.api.agent_schemas import GpuReading
 from gpufleet.controller.metrics import GpuView, Holder, Observation
 from gpufleet.controller.readings import NodeReadings
 from gpufleet.controller.service import Controller
-
-DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname")
-HOLDER_LABELS = ("hpc_job", "user", "account")
-GPU_LABELS = (*DCGM_LABELS, *HOLDER_LABELS)
 
 # (name, Prometheus type, help, reading) in dcgm-exporter's units.
 DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float]], ...] = (
@@ -50,25 +52,25 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float]], ...] = (
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "The last XID error seen (0: none).", lambda r: r.xid_last),
     (
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "unknown",
+        "untyped",
         "Single-bit ECC errors since the driver loaded (a counter).",
         lambda r: r.ecc_sbe_volatile,
     ),
     (
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "unknown",
+        "untyped",
         "Double-bit (uncorrectable) ECC errors since the driver loaded (a counter).",
         lambda r: r.ecc_dbe_volatile,
     ),
     (
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "unknown",
+        "untyped",
         "Memory rows remapped for correctable errors (a counter).",
         lambda r: r.remap_correctable,
     ),
     (
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "unknown",
+        "untyped",
         "Memory rows remapped for uncorrectable errors (a counter).",
         lambda r: r.remap_uncorrectable,
     ),
@@ -88,25 +90,26 @@ DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float]], ...] = (
 
 
 class ControllerCollector:
-    """A prometheus_client collector over ``controller``: every scrape reads it afresh."""
+    """A prometheus_client collector over one observation of a controller: the scheduler's,
+    the nodes', the partitions' and fairshare's families, and the controller's counters."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, view: Observation) -> None:
         self.controller = controller
+        self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        view = self.controller.observe()
-        yield from scheduler_families(view)
+        yield from scheduler_families(self.view)
         yield from self.controller.metrics.collect()
-        up = {n.name for n in view.nodes if n.up}
-        readings = [r for name, r in self.controller.gpu_readings().items() if name in up]
-        yield from gpu_families(view.gpus, readings)
 
 
 def exposition(controller: Controller) -> bytes:
-    """The controller's metrics in Prometheus' text format."""
+    """The controller's metrics in Prometheus' text format, read afresh."""
+    view = controller.observe()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ControllerCollector(controller))
-    return generate_latest(registry)
+    registry.register(ControllerCollector(controller, view))
+    up = {n.name for n in view.nodes if n.up}
+    readings = [r for name, r in controller.gpu_readings().items() if name in up]
+    return generate_latest(registry) + gpu_text(view.gpus, readings).encode()
 
 
 def scheduler_families(view: Observation) -> Iterator[Metric]:
@@ -136,14 +139,6 @@ def scheduler_families(view: Observation) -> Iterator[Metric]:
     yield from _node_families(view)
     yield from _partition_families(view)
     yield from _fairshare_families(view)
-    allocated = GaugeMetricFamily(
-        "gpufleet_gpu_allocated",
-        "The allocated fraction of each GPU (a share, or its MIG slices in use), with holders.",
-        labels=GPU_LABELS,
-    )
-    for g in view.gpus:
-        allocated.add_metric(_gpu_labels(g.node, g.index, g.uuid, g.model, g.holders), g.allocated)
-    yield allocated
 
 
 def _node_families(view: Observation) -> Iterator[Metric]:
@@ -230,52 +225,76 @@ def _fairshare_families(view: Observation) -> Iterator[Metric]:
     yield from (shares, usage, norm, ratio, factor)
 
 
-def gpu_families(gpus: Sequence[GpuView], readings: Iterable[NodeReadings]) -> Iterator[Metric]:
-    """The DCGM-named series of every reading, labelled with the GPU's inventory and holders."""
+def gpu_text(gpus: Sequence[GpuView], readings: Iterable[NodeReadings]) -> str:
+    """Every GPU's allocation, and the DCGM-named series of every reading, labelled with
+    the GPU's inventory and holders, in the text format."""
     inventory: Mapping[tuple[str, int], GpuView] = {(g.node, g.index): g for g in gpus}
-    families = [Metric(name, doc, kind) for name, kind, doc, _ in DCGM_FIELDS]
-    xids = CounterMetricFamily(
-        "gpufleet_gpu_xid_errors", "XID errors the node's agent has seen.", labels=GPU_LABELS
-    )
-    healthy = GaugeMetricFamily(
-        "gpufleet_gpu_healthy",
-        "1 while the agent finds the GPU healthy; reason says why not.",
-        labels=(*GPU_LABELS, "reason"),
-    )
+    allocated = [
+        f"{_labels(g.node, g.index, g.uuid, g.model, g.holders)} {float(g.allocated)!r}"
+        for g in gpus
+    ]
+    lines: list[list[str]] = [[] for _ in DCGM_FIELDS]
+    xids, healthy = [], []
     for node in sorted(readings, key=lambda r: r.node):
         for r in node.gpus:
             known = inventory.get((node.node, r.index))
-            labels = _gpu_labels(
+            labels = _labels(
                 node.node,
                 r.index,
                 r.uuid or (known.uuid if known else ""),
                 r.model or (known.model if known else ""),
                 known.holders if known else (),
             )
-            named = dict(zip(GPU_LABELS, labels, strict=True))
-            for family, (name, _, _, read) in zip(families, DCGM_FIELDS, strict=True):
-                family.add_sample(name, named, float(read(r)))
-            xids.add_metric(labels, r.xid_count)
-            healthy.add_metric((*labels, r.health_reason), float(r.healthy))
-    yield from families
-    yield from (xids, healthy)
+            for out, (_, _, _, read) in zip(lines, DCGM_FIELDS, strict=True):
+                out.append(f"{labels} {float(read(r))!r}")
+            xids.append(f"{labels} {float(r.xid_count)!r}")
+            reason = f',reason="{_escape(r.health_reason)}"}}' if r.health_reason else "}"
+            healthy.append(f"{labels[:-1]}{reason} {float(r.healthy)!r}")
+    families = [
+        (
+            "gpufleet_gpu_allocated",
+            "gauge",
+            "The allocated fraction of each GPU (a share, or its MIG slices in use).",
+            allocated,
+        ),
+        *(
+            (name, kind, doc, out)
+            for (name, kind, doc, _), out in zip(DCGM_FIELDS, lines, strict=True)
+        ),
+        ("gpufleet_gpu_xid_errors_total", "counter", "XID errors the node's agent has seen.", xids),
+        (
+            "gpufleet_gpu_healthy",
+            "gauge",
+            "1 while the agent finds the GPU healthy; reason says why not.",
+            healthy,
+        ),
+    ]
+    text = []
+    for name, kind, doc, samples in families:
+        text.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        text.extend(f"{name}{sample}\n" for sample in samples)
+    return "".join(text)
 
 
-def _gpu_labels(
-    node: str, index: int, uuid: str, model: str, holders: Sequence[Holder]
-) -> tuple[str, ...]:
-    """dcgm-exporter's labels of one GPU, then its holders' (joined by commas)."""
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
 
-    def joined(values: Iterable[str]) -> str:
-        return ",".join(dict.fromkeys(values))
 
-    return (
-        str(index),
-        uuid,
-        f"nvidia{index}",
-        model,
-        node,
-        joined(h.job_id for h in holders),
-        joined(h.user for h in holders),
-        joined(h.account for h in holders),
-    )
+def _escape(value: str) -> str:
+    """A label value as the text format writes it."""
+    return value.translate(_ESCAPES)
+
+
+def _labels(node: str, index: int, uuid: str, model: str, holders: Sequence[Holder]) -> str:
+    """``{...}``: dcgm-exporter's labels of one GPU, then its holders' (joined by commas;
+    left out when the GPU is free, as Prometheus drops empty labels anyway)."""
+    named = [
+        ("gpu", str(index)),
+        ("UUID", uuid),
+        ("device", f"nvidia{index}"),
+        ("modelName", model),
+        ("Hostname", node),
+        ("hpc_job", ",".join(dict.fromkeys(h.job_id for h in holders))),
+        ("user", ",".join(dict.fromkeys(h.user for h in holders))),
+        ("account", ",".join(dict.fromkeys(h.account for h in holders))),
+    ]
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in named if v) + "}"

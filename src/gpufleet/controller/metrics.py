@@ -221,6 +221,7 @@ def _gpus(
     job: Callable[[str], LiveJob],
     state: ClusterState,
 ) -> list[GpuView]:
+    fractions = _allocated(state)
     out = []
     for name, info in nodes.items():
         i = state.index.get(name)
@@ -243,21 +244,25 @@ def _gpus(
                     index=gpu.index,
                     uuid=gpu.uuid,
                     model=gpu.model,
-                    allocated=_allocated(state, i, gpu.index),
+                    allocated=fractions[i][gpu.index],
                     holders=tuple(holders.get(gpu.index, ())),
                 )
             )
     return out
 
 
-def _allocated(state: ClusterState, node: int, gpu: int) -> float:
-    """The GPU's allocated fraction: its milli-GPU used, or for a MIG GPU its slices in use."""
-    total = int(state.gpu_milli_total[node, gpu])
-    if total:
-        return (total - int(state.gpu_milli_free[node, gpu])) / MILLI
-    slices = (state.mig_node == node) & (state.mig_gpu == gpu)
-    count = int(slices.sum())
-    return int((slices & ~state.mig_free).sum()) / count if count else 0.0
+def _allocated(state: ClusterState) -> list[list[float]]:
+    """Each GPU's allocated fraction, by node and GPU index: its milli-GPU in use, or for a
+    MIG-partitioned GPU its slices in use (one pass over the arrays, not one per GPU)."""
+    total, free = state.gpu_milli_total, state.gpu_milli_free
+    width = total.shape[1]
+    which = state.mig_node * width + state.mig_gpu
+    size = total.size
+    slices = np.bincount(which, minlength=size).reshape(total.shape)
+    taken = np.bincount(which, weights=~state.mig_free, minlength=size).reshape(total.shape)
+    mig = np.divide(taken, slices, out=np.zeros(total.shape), where=slices > 0)
+    fraction: list[list[float]] = np.where(total > 0, (total - free) / MILLI, mig).tolist()
+    return fraction
 
 
 def _partitions(state: ClusterState, partitions: Iterable[Partition]) -> list[PartitionView]:

@@ -9,9 +9,10 @@ not: the series name every job's user and account.
 
 from __future__ import annotations
 
+import gzip
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from gpufleet.adapters.prometheus import exposition
 from gpufleet.api.auth import ControllerDep, require
@@ -31,7 +32,13 @@ Scraper = Annotated[Principal, Depends(require("metrics", "operator", "admin"))]
     response_class=Response,
     responses={200: {"content": {TEXT_FORMAT: {}}, "description": "the text format"}},
 )
-def metrics(_: Scraper, controller: ControllerDep) -> Response:
+def metrics(_: Scraper, controller: ControllerDep, request: Request) -> Response:
     """Queue, scheduler, node, partition, fairshare and per-GPU series, read at scrape time
-    (``docs/metrics.md`` lists them)."""
-    return Response(exposition(controller), media_type=TEXT_FORMAT)
+    (``docs/metrics.md`` lists them); gzip-compressed when the scraper accepts it, as
+    Prometheus does."""
+    body = exposition(controller)
+    if "gzip" not in request.headers.get("accept-encoding", ""):
+        return Response(body, media_type=TEXT_FORMAT)
+    # The label sets repeat on every line: level 1 already shrinks it about tenfold.
+    packed = gzip.compress(body, compresslevel=1)
+    return Response(packed, media_type=TEXT_FORMAT, headers={"Content-Encoding": "gzip"})
