@@ -85,3 +85,10 @@ def test_an_overrun_does_not_keep_a_planned_start_at_now() -> None:
     # (900 + 300 = 1200 <= 1700) starts now beside r instead of waiting behind it
     assert out.expected_start == {"gang": 1700}
     assert out.starts == {"small": ["a"]}
+
+
+@pytest.mark.parametrize("estimates", [False, True])
+def test_estimates_make_every_cycle_depend_on_the_clock(estimates: bool) -> None:
+    # fifo, first-fit, limits and backfill alone do not read the clock; estimated ends do
+    profile = replace(Scenario([node("a").gpus(8)]).profile(), estimates=estimates)
+    assert profile.clocked() is estimates

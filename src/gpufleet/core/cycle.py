@@ -152,8 +152,11 @@ class SchedulingProfile:
         A plugin says it has no such dependence with ``clocked = False``; one
         that does not say is taken to have one. Times the snapshot names
         (reservation starts and ends, begin times) do not count: drivers
-        treat them as events.
+        treat them as events. With ``estimates`` runs pass their estimated
+        ends as the clock moves, and the book expects them anew.
         """
+        if self.estimates:
+            return True
         plugins: list[object] = [self.ordering, *self.admission]
         plugins += [p for p in (self.gate, self.backfill, self.preemption) if p is not None]
         return any(getattr(p, "clocked", True) for p in plugins)
