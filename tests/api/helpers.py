@@ -1,4 +1,4 @@
-"""Small helpers for the API tests: a job body and problem assertions."""
+"""Small helpers for the API tests: a job body, problem assertions, a token made over HTTP."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     assert body["status"] == status
     assert body["title"]
     return body
+
+
+def token(admin: httpx.Client, user: str, role: str) -> str:
+    """A new token for ``user`` with ``role``, made through the API with ``admin``'s client."""
+    made = admin.post("/v1/tokens", json={"name": user, "user": user, "role": role})
+    assert made.status_code == 201, made.text
+    return str(made.json()["token"])
 
 
 def fields(response: httpx.Response, status: int = 422) -> set[str]:

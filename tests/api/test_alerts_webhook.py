@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from api.conftest import Cluster
+from api.helpers import token
 
 PATH = "/api/v1/alerts/webhook"
 BODY: dict[str, Any] = {
@@ -38,11 +39,7 @@ BODY: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def alertmanager(cluster: Cluster) -> str:
     with cluster.client("admin") as admin:
-        made = admin.post(
-            "/v1/tokens", json={"name": "alertmanager", "user": "alertmanager", "role": "alerts"}
-        )
-    assert made.status_code == 201, made.text
-    return str(made.json()["token"])
+        return token(admin, "alertmanager", "alerts")
 
 
 def test_an_alerts_token_posts_notifications(cluster: Cluster, alertmanager: str) -> None:

@@ -6,17 +6,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.conftest import Cluster
+from api.helpers import token
 
 
 @pytest.fixture(scope="module")
 def scraper(cluster: Cluster) -> str:
     """A token of the metrics role, made through the API as an operator would."""
     with cluster.client("admin") as admin:
-        made = admin.post(
-            "/v1/tokens", json={"name": "prometheus", "user": "prometheus", "role": "metrics"}
-        )
-    assert made.status_code == 201, made.text
-    return str(made.json()["token"])
+        return token(admin, "prometheus", "metrics")
 
 
 def test_a_metrics_token_scrapes(cluster: Cluster, scraper: str) -> None:

@@ -15,6 +15,7 @@ from gpufleet.controller.alerts import (
     AlertsConfig,
     IdleGpuConfig,
     Notification,
+    Outcome,
     WebhookReply,
 )
 from gpufleet.controller.errors import Conflict, NotFound
@@ -54,10 +55,15 @@ def _name(alert: Alert) -> str:
     return alert.labels.get("alertname", "")
 
 
-def _none(alert: Alert, why: str, target: str = "") -> Action:
+def _did(alert: Alert, action: Outcome, target: str, detail: str) -> Action:
     return Action(
-        alert=_name(alert), fingerprint=alert.fingerprint, action="none", target=target, detail=why
-    )
+        alert=_name(alert), fingerprint=alert.fingerprint, action=action, target=target,
+        detail=detail,
+    )  # fmt: skip
+
+
+def _none(alert: Alert, why: str, target: str = "") -> Action:
+    return _did(alert, "none", target, why)
 
 
 def _describe(alert: Alert) -> str:
@@ -80,13 +86,7 @@ def _drain(controller: Controller, actor: Principal, alert: Alert) -> Action:
         return _none(alert, f"drained already: {shown.reason}", node)
     reason = _describe(alert)
     controller.drain_node(principal=actor, name=node, reason=reason)
-    return Action(
-        alert=_name(alert),
-        fingerprint=alert.fingerprint,
-        action="drain",
-        target=node,
-        detail=reason,
-    )
+    return _did(alert, "drain", node, reason)
 
 
 def _idle(
@@ -107,13 +107,7 @@ def _idle(
         then = "" if rule.action == "notify" else f"; {rule.action} in {rule.grace_s} s if still so"
         message = f"{_describe(alert)}: its GPUs are idle{then}"
         _record(controller, actor, job_id, now, NOTICE, detail | {"policy": rule.action}, message)
-        return Action(
-            alert=_name(alert),
-            fingerprint=alert.fingerprint,
-            action="notify",
-            target=job_id,
-            detail=message,
-        )
+        return _did(alert, "notify", job_id, message)
     if rule.action == "notify":
         return _none(alert, "notified already; the partition's policy is notify", job_id)
     waited = now - noticed
@@ -130,13 +124,7 @@ def _idle(
     except Conflict as e:  # it ended or is being stopped meanwhile
         return _none(alert, str(e), job_id)
     _record(controller, actor, job_id, now, f"job.{rule.action}", detail | {"reason": reason}, None)
-    return Action(
-        alert=_name(alert),
-        fingerprint=alert.fingerprint,
-        action=rule.action,
-        target=job_id,
-        detail=reason,
-    )
+    return _did(alert, rule.action, job_id, reason)
 
 
 def _noticed(controller: Controller, job_id: str, run: int) -> float | None:
