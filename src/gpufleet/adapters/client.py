@@ -41,6 +41,7 @@ from gpufleet.controller.views import (
     AccountOut,
     FairshareRow,
     NodeOut,
+    OutputChunk,
     PartitionOut,
     QosOut,
     ReservationOut,
@@ -278,6 +279,13 @@ class Client:
 
     def job(self, job_id: str) -> JobOut:
         return _validate(JobOut, self._get(f"/v1/jobs/{_segment(job_id)}"))
+
+    def output(
+        self, job_id: str, stream: Literal["stdout", "stderr"], offset: int = 0
+    ) -> OutputChunk:
+        """A slice of the job's output from ``offset`` (read by the controller)."""
+        path = f"/v1/jobs/{_segment(job_id)}/output"
+        return _validate(OutputChunk, self._get(path, stream=stream, offset=offset))
 
     def job_action(self, job_id: str, action: JobAction, reason: str = "") -> JobOut:
         """Cancel, hold, release or requeue a job; the job as it is afterwards.

@@ -8,11 +8,17 @@ import os
 import sys
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from gpufleet.adapters.client import Client, ClientConfigError, ClientError, Unreachable
+from gpufleet.adapters.client import (
+    ApiError,
+    Client,
+    ClientConfigError,
+    ClientError,
+    Unreachable,
+)
 from gpufleet.api.schemas import MAX_SCRIPT_BYTES, TERMINAL_STATES, JobOut, JobStateName
 from gpufleet.cli.output import (
     JSON_HELP,
@@ -292,6 +298,43 @@ def requeue(jobs: Jobs) -> None:
     _act("requeue", jobs)
 
 
+FOLLOW_POLL_S = 1.0
+
+
+def logs(
+    job: Annotated[str, typer.Argument(help="A job id, or an array task as 42_3.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing as the job writes, until it ends.")
+    ] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="The job's stderr file.")] = False,
+) -> None:
+    """Print a job's output, read through the controller with the API's permissions.
+
+    The controller reads the job's file where the job wrote it (a shared file
+    system); with --follow, a job that has not started yet is waited for.
+    """
+    stream: Literal["stdout", "stderr"] = "stderr" if stderr else "stdout"
+    offset = 0
+    with reporting("logs"), connect() as client:
+        wanted = job_id("logs", job)
+        while True:
+            try:
+                chunk = client.output(wanted, stream, offset)
+            except ApiError as e:
+                # No file yet: the job waits to start (or the file is not visible here).
+                if not follow or e.status != 404 or client.job(wanted).state in TERMINAL_STATES:
+                    raise
+                time.sleep(FOLLOW_POLL_S)
+                continue
+            sys.stdout.write(chunk.data)
+            sys.stdout.flush()
+            offset = chunk.next_offset
+            if not follow or chunk.eof:
+                return
+            if chunk.next_offset == chunk.offset:
+                time.sleep(FOLLOW_POLL_S)
+
+
 def register(app: typer.Typer) -> None:
     """Add the job commands to ``app``."""
     app.command(
@@ -299,5 +342,5 @@ def register(app: typer.Typer) -> None:
         help=SUBMIT_HELP,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )(submit)
-    for command in (queue, show, cancel, hold, release, requeue):
+    for command in (queue, show, logs, cancel, hold, release, requeue):
         app.command()(command)
