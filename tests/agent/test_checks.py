@@ -58,20 +58,21 @@ def test_a_gpu_fault_masks_the_gpu_or_fails_the_node() -> None:
     )
 
 
-def test_remediation_runs_once_per_failure_then_the_checks_run_again(tmp_path: Path) -> None:
+def test_remediation_runs_once_per_failure(tmp_path: Path) -> None:
     flag = tmp_path / "fixed"
     check = script(tmp_path, "check", f'[ -e {flag} ] || {{ echo "not fixed"; exit 1; }}')
     log = tmp_path / "remediated"
     fix = (sys.executable, "-c", f"open({str(log)!r}, 'a').write('x'); open({str(flag)!r}, 'w')")
     checks = NodeChecks(CheckSettings(scripts=(check,), remediation=fix))
-    health = checks.run([])
-    assert (health.ok, health.remediation) == (True, f"ran {sys.executable}: exit 0")
+    failing = checks.run([])
+    assert (failing.ok, failing.reason) == (False, f"{check[0]}: not fixed")
+    assert checks.remediate(failing) == f"ran {sys.executable}: exit 0"
+    assert checks.remediate(failing) == ""  # the same failure: not twice
+    assert checks.run([]).ok and log.read_text() == "x"
+    flag.unlink()  # a new failure after a pass: remediation may run again
+    assert checks.remediate(checks.run([])) == f"ran {sys.executable}: exit 0"
+    broken = NodeChecks(CheckSettings(scripts=(check,), remediation=(str(tmp_path / "nope"),)))
     flag.unlink()
-    # Fails again: a new failure, so remediation runs again, and it fails this time.
-    checks = NodeChecks(CheckSettings(scripts=(check,), remediation=(str(tmp_path / "nope"),)))
-    first = checks.run([])
-    assert (first.ok, first.reason) == (False, f"{check[0]}: not fixed")
-    assert first.remediation == f"ran {tmp_path / 'nope'}: No such file or directory"
-    second = checks.run([])  # the same failure: no second remediation
-    assert (second.ok, second.remediation) == (False, "")
-    assert log.read_text() == "x"
+    result = broken.remediate(broken.run([]))
+    assert result == f"ran {tmp_path / 'nope'}: No such file or directory"
+    assert broken.remediate(NodeChecks(CheckSettings()).run([])) == ""  # healthy: nothing

@@ -16,9 +16,11 @@ GPUs whose readings are unhealthy in the reboot class (the GPU fell off the
 bus, XID 79) fail the node; other unhealthy GPUs are named in the verdict
 for the controller to mask, and the node keeps working.
 
-When the node fails and a remediation command is configured, it runs once
-per failure (not at every check), then the checks run again at once; the
-verdict says what happened, so the controller's event history shows it.
+When the node fails and a remediation command is configured, the failing
+verdict goes out first (the controller drains the node), then the command
+runs, once per failure (not at every check), and the checks run again at
+once; that verdict says what the command did, so the controller's event
+history shows each step.
 """
 
 from __future__ import annotations
@@ -101,30 +103,37 @@ def _mount_status(path: str) -> str:
 
 
 class NodeChecks:
-    """Runs the checks and keeps the latest verdict; ``sleep`` is the backoff's pause."""
+    """Runs the checks and the remediation; ``sleep`` is the mount backoff's pause."""
 
     def __init__(
         self, settings: CheckSettings, sleep: Callable[[float], object] = time.sleep
     ) -> None:
         self.settings = settings
         self._sleep = sleep
-        self._failing = False  # remediation runs once per failure
+        self._remediated = False  # once per failure: until a verdict passes again
 
     def run(self, gpus: Sequence[GpuReading]) -> NodeHealth:
-        """Check now; remediate (then check again) when the node newly fails."""
+        """Check now."""
         problems = self._problems(gpus)
-        remediation = ""
-        if problems and not self._failing and self.settings.remediation:
-            remediation = self._remediate(problems)
-            problems = self._problems(gpus)
-        self._failing = bool(problems)
+        if not problems:
+            self._remediated = False
         return NodeHealth(
             ok=not problems,
             reason="; ".join(problems)[:REASON_CHARS],
             masked_gpus=[g.index for g in gpus if not g.healthy and not needs_reboot(g)],
-            remediation=remediation,
             at=time.time(),
         )
+
+    def remediate(self, health: NodeHealth) -> str:
+        """Run the remediation command for a failing verdict, once per failure; what it
+        did, or '' when it did not run."""
+        argv = self.settings.remediation
+        if health.ok or not argv or self._remediated:
+            return ""
+        self._remediated = True
+        log.warning("node unhealthy (%s); running %s", health.reason, argv[0])
+        failed = run_script(argv, self.settings.script_timeout_s * 10)
+        return f"ran {argv[0]}: " + (failed.removeprefix(f"{argv[0]}: ") or "exit 0")
 
     def _problems(self, gpus: Sequence[GpuReading]) -> list[str]:
         s = self.settings
@@ -147,12 +156,6 @@ class NodeChecks:
             self._sleep(pause)
             pause *= 2
         return ""
-
-    def _remediate(self, problems: list[str]) -> str:
-        argv = self.settings.remediation
-        log.warning("node unhealthy (%s); running %s", "; ".join(problems), argv[0])
-        failed = run_script(argv, self.settings.script_timeout_s * 10)
-        return f"ran {argv[0]}: " + (failed.removeprefix(f"{argv[0]}: ") or "exit 0")
 
 
 def _last_line(text: str) -> str:

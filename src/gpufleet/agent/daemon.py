@@ -97,6 +97,7 @@ class Agent:
         self._differences = list(differences)
         self._checks = checks
         self._health: NodeHealth | None = None
+        self._recheck = threading.Event()
         self._gpus: list[GpuReading] = []  # the last readings, for the checks
         self._poll_s = poll_s
         self._max_backoff_s = max_backoff_s
@@ -150,6 +151,7 @@ class Agent:
         interval). Jobs keep running."""
         self._stop.set()
         self._ended.set()  # ends a pause between repeated answers
+        self._recheck.set()
 
     def register(self) -> RegisterReply:
         """Send the inventory and the runs held; adopt the controller's heartbeat interval."""
@@ -230,31 +232,46 @@ class Agent:
         if self._telemetry is None:
             return []
         try:
-            self._gpus = self._telemetry.readings()
+            gpus = self._telemetry.readings()
         except Exception:  # a telemetry fault must never stop the heartbeat
             log.exception("cannot read the GPUs from %s", self._telemetry.description)
             return []
-        return self._gpus
+        if [g.healthy for g in gpus] != [g.healthy for g in self._gpus]:
+            self._recheck.set()  # a GPU's verdict changed: the checks act on it now
+        self._gpus = gpus
+        return gpus
 
     def _check_loop(self) -> None:
-        """Run the node's checks every interval; a changed verdict is sent at once."""
+        """Run the node's checks every interval, or at once when a GPU's verdict changes;
+        a failing verdict goes out before its remediation, the re-check after it."""
         assert self._checks is not None
         while not self._stop.is_set():
             health = self._checks.run(self._gpus)
-            changed = self._health is None or (health.ok, health.reason, health.masked_gpus) != (
-                self._health.ok,
-                self._health.reason,
-                self._health.masked_gpus,
-            )
-            self._health = health
-            if not health.ok:
-                log.warning("node unhealthy: %s", health.reason)
-            if (changed or health.remediation) and self.registered.is_set():
-                try:
-                    self.sync(wait_s=0.0, client=self._flush_client)
-                except (httpx.HTTPError, NotRegistered, Refused) as e:
-                    log.debug("health report failed: %s", e)  # the next heartbeat carries it
-            self._stop.wait(self._checks.settings.interval_s)
+            self._publish(health)
+            remediation = self._checks.remediate(health)
+            if remediation:
+                again = self._checks.run(self._gpus)
+                self._publish(again.model_copy(update={"remediation": remediation}))
+            self._recheck.wait(self._checks.settings.interval_s)
+            self._recheck.clear()
+
+    def _publish(self, health: NodeHealth) -> None:
+        """Keep ``health`` for the syncs; send it at once when it is news."""
+        last = self._health
+        self._health = health
+        if not health.ok:
+            log.warning("node unhealthy: %s", health.reason)
+        same = last is not None and (last.ok, last.reason, last.masked_gpus) == (
+            health.ok,
+            health.reason,
+            health.masked_gpus,
+        )
+        if (same and not health.remediation) or not self.registered.is_set():
+            return
+        try:
+            self.sync(wait_s=0.0, client=self._flush_client)
+        except (httpx.HTTPError, NotRegistered, Refused) as e:
+            log.debug("health report failed: %s", e)  # the next heartbeat carries it
 
     def _until_done(self, call: Any) -> Any:
         """``call()`` until it succeeds or ``stop``; back off on transient failures."""
