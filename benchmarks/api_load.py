@@ -26,6 +26,8 @@ server's first cycle (profile, kernels) pass:
   client asks, one request at a time, for one user's queue (``GET
   /v1/jobs?user=U&limit=100``) and for single jobs of that user (``GET
   /v1/jobs/{id}``); p50 and p99 latency;
+* restart: the server is stopped and started again on that store, every job
+  pending; the seconds until it answers;
 * crash safety (SQLite): a controller with a real agent (``gpufleet agent``)
   running short jobs is SIGKILLed in the middle of a submission burst,
   then restarted on the same data directory; once the agent runs jobs for it
@@ -493,6 +495,12 @@ def measure_store(kind: str, s: Site, scale: Scale) -> dict[str, Any]:
             show_p50_ms=round(percentile(show, 0.5), 1),
             show_p99_ms=round(percentile(show, 0.99), 1),
         )
+        # A restart rebuilds the job book from the store: the seconds from the
+        # process start to its first answer, with every job above pending.
+        server.terminate()
+        t0 = time.perf_counter()
+        server = Server(_cli("server"), s.config, s.data, s.db, free_port())
+        out["restart_s"] = round(time.perf_counter() - t0, 2)
         return out
     finally:
         server.terminate()
@@ -659,6 +667,8 @@ def main() -> None:
         "show_p99_ms": lite["show_p99_ms"],
         "read_p99_ms_postgres": pg.get("queue_p99_ms"),
         "show_p99_ms_postgres": pg.get("show_p99_ms"),
+        "restart_s": lite["restart_s"],
+        "restart_s_postgres": pg.get("restart_s"),
         "jobs_in_store": lite["jobs_in_store"],
         "array_tasks": scale.array_tasks,
         "loadavg_1m": round(load, 2),
