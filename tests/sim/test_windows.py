@@ -37,6 +37,12 @@ def day_policy(policy: dict[str, Any]) -> dict[str, Any]:
             [tj("first", 9 * H, 14 * H, user="u"), tj("second", 9 * H, 600, user="u")],
             {"first": 9 * H, "second": 20 * H},
         ),
+        # by day the partition is down: nothing starts until 20:00
+        (
+            {"partitions": [{"name": "default", "state": "down"}]},
+            [tj("a", 9 * H, 600), tj("b", 21 * H, 600)],
+            {"a": 20 * H, "b": 21 * H},
+        ),
         # a window that changes nothing the jobs need: both start on arrival
         (
             {"qos": [{"name": "normal", "max_jobs_per_user": 5}]},

@@ -18,6 +18,10 @@ from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.core.state import Assignment
 
 PreemptMode = Literal["requeue", "cancel"]
+PartitionState = Literal["up", "down", "drain", "inactive"]
+"""Slurm's partition states: ``down`` and ``inactive`` start no job ("PartitionDown",
+"PartitionInactive"); ``drain`` and ``inactive`` take no new submissions (a driver's
+concern), ``drain`` still starts what is queued."""
 
 
 class JobState(StrEnum):
@@ -176,6 +180,7 @@ class Partition:
     ``checkpoint_dir`` is the storage the live controller gives its jobs'
     checkpoint directories under ('' for one under each job's workdir);
     ``nccl`` the ``NCCL_*`` variables its jobs get (their own environment wins).
+    ``state`` is Slurm's partition state (``PartitionState``).
     """
 
     name: str
@@ -190,6 +195,7 @@ class Partition:
     preemptible: bool = True
     checkpoint_dir: str = ""
     nccl: tuple[tuple[str, str], ...] = ()
+    state: PartitionState = "up"
 
     def __post_init__(self) -> None:
         if not self.name:

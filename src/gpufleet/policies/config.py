@@ -68,7 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile
-from gpufleet.core.job import Partition, QoS, Reservation
+from gpufleet.core.job import Partition, PartitionState, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.protocols import Ordering
 from gpufleet.policies.backfill import Backfill, BackfillArgs
@@ -149,6 +149,7 @@ class PartitionConfig(_Strict):
     preemptible: bool = True
     checkpoint_dir: str = ""
     nccl: dict[str, str] = Field(default_factory=dict)
+    state: PartitionState = "up"
 
     @field_validator("nccl")
     @classmethod

@@ -20,6 +20,9 @@ from gpufleet.core.model import MILLI
 from gpufleet.core.snapshot import ObjectArray, QueueView, Snapshot, Tally, TallyKind
 from gpufleet.core.state import BoolArray, IntArray
 
+STOPPED = {"down": "PartitionDown", "inactive": "PartitionInactive"}
+"""Partition states that start no job, and the pending reason each gives."""
+
 
 def first_reason(size: int, *checks: tuple[str, BoolArray]) -> ObjectArray:
     """Per job, the reason of the first check that holds, else ""."""
@@ -85,13 +88,15 @@ class QosLimits:
 
 
 class PartitionLimits:
-    """MaxTime, AllowAccounts and AllowQos of the job's partition."""
+    """State, MaxTime, AllowAccounts and AllowQos of the job's partition."""
 
     NAME: ClassVar[str] = "partition-limits"
     clocked: ClassVar[bool] = False
 
     def admit(self, snapshot: Snapshot, job: Job, tally: Tally) -> str:
         p = snapshot.partitions[job.partition]
+        if p.state in STOPPED:
+            return STOPPED[p.state]
         if p.max_time_s and job.time_limit_s > p.max_time_s:
             return "PartitionTimeLimit"
         if p.allowed_accounts and job.account not in p.allowed_accounts:
@@ -112,8 +117,10 @@ class PartitionLimits:
         codes, names = queue.codes("partition")
         defined = [snapshot.partitions.get(name) for name in names]
         max_time = np.array([p.max_time_s if p else 0 for p in defined], dtype=np.int64)[codes]
+        state = np.array([p.state if p else "up" for p in defined], dtype=object)[codes]
         return first_reason(
             len(queue),
+            *((reason, state == name) for name, reason in STOPPED.items()),
             ("PartitionTimeLimit", (max_time > 0) & (queue.column("time_limit_s") > max_time)),
             ("AccountNotAllowed", refused("account", lambda p: p.allowed_accounts)),
             ("QOSNotAllowed", refused("qos", lambda p: p.allowed_qos)),
