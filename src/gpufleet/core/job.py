@@ -46,7 +46,8 @@ class Job:
     the user asked for (backfill plans with it); ``runtime_estimate_s`` is a
     predictor's estimate when there is one (shortest-job-first prefers it).
     ``gpu_seconds_attained`` is the GPU service received so far, over all
-    previous runs (least-attained-service ordering). ``checkpoint_interval_s``
+    previous runs (least-attained-service ordering); ``requeued_at`` when a
+    requeue last put the job back in the queue (None: never). ``checkpoint_interval_s``
     is None for a job that does not checkpoint; ``last_checkpoint`` is the
     time of the latest checkpoint while it runs. ``dependencies`` are ids of
     jobs that must have left the queue and finished first (Slurm's afterany).
@@ -71,6 +72,7 @@ class Job:
     state: JobState = JobState.PENDING
     start_time: int | None = None
     gpu_seconds_attained: float = 0.0
+    requeued_at: int | None = None
     checkpoint_interval_s: int | None = None
     last_checkpoint: int | None = None
     reservation: str = ""

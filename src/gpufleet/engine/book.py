@@ -369,6 +369,7 @@ class JobBook:
                 start_time=None,
                 last_checkpoint=None,
                 gpu_seconds_attained=attained,
+                requeued_at=now,
             )
             self.pending[job_id] = job
         if sig is not None:

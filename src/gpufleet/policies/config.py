@@ -21,6 +21,8 @@ text, so it stays pure)::
 
     [preemption]
     enabled = true
+    plugin = "tier"                   # tier (QoS, partition tier) | las (attained service)
+    quantum_s = 60                    # las: least run before a job may be preempted
 
     [[qos]]
     name = "high"
@@ -70,11 +72,11 @@ from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, PartitionState, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Request
-from gpufleet.core.protocols import Ordering
+from gpufleet.core.protocols import Ordering, Preemptor
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.predict import PredictArgs
-from gpufleet.policies.preemption import CheapestVictims
+from gpufleet.policies.preemption import AttainedServiceVictims, CheapestVictims
 from gpufleet.policies.priority import (
     LasArgs,
     LeastAttainedService,
@@ -119,6 +121,10 @@ class PlacementConfig(_Strict):
 
 class PreemptionConfig(_Strict):
     enabled: bool = False
+    plugin: Literal["tier", "las"] = Field(
+        "tier", description="tier: by QoS and partition tier; las: by attained service"
+    )
+    quantum_s: int = Field(60, gt=0, description="las: a victim's least run before preemption")
 
 
 class QosConfig(_Strict):
@@ -215,6 +221,8 @@ class Policy:
             [Account(**a.model_dump()) for a in config.accounts],
             [User(**u.model_dump()) for u in config.users],
         )
+        if config.preemption.plugin == "las" and config.ordering.plugin != "las":
+            raise InvalidSpec("preemption.plugin", "'las' needs ordering.plugin = 'las'")
         for q in config.qos:
             for other in q.preempt:
                 if other not in self.qos:
@@ -248,10 +256,18 @@ class Policy:
             admission=[PartitionLimits(), QosLimits()],
             gate=Reservations(),
             backfill=Backfill(c.backfill) if c.backfill and c.backfill.mode != "none" else None,
-            preemption=CheapestVictims() if c.preemption.enabled else None,
+            preemption=self._preemptor(),
             estimates=c.predict is not None and c.predict.backfill,
             queue_depth=c.ordering.queue_depth,
         )
+
+    def _preemptor(self) -> Preemptor | None:
+        c = self.config
+        if not c.preemption.enabled:
+            return None
+        if c.preemption.plugin == "las":
+            return AttainedServiceVictims(c.ordering.las, c.preemption.quantum_s)
+        return CheapestVictims()
 
 
 def _unique(names: Iterable[str], key: str) -> None:
@@ -274,4 +290,3 @@ def parse_policy(text: str, source: str = "policy") -> Policy:
         raise PolicyError(f"{source}: {first_problem(PolicyConfig, data, e)}") from None
     except InvalidSpec as e:
         raise PolicyError(f"{source}: {e}") from None
-

@@ -15,6 +15,11 @@ task fits, then drops any victim the fit does not need (most expensive
 first); a job of N tasks takes the N cheapest nodes. Nodes that could not
 beat the best found so far are skipped. The cycle checks the final set once
 more and preempts nobody unless the job then fits.
+
+``AttainedServiceVictims`` (``las``) is Tiresias' preemption instead: who may
+be stopped is decided by attained GPU service (a later LAS queue than the
+waiting job's, after a scheduling quantum), and the same search finds the
+cheapest of them.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ import numpy as np
 
 from gpufleet.core.cycle import gpu_hours_at_risk
 from gpufleet.core.job import Job, RunningJob
-from gpufleet.core.model import Request
+from gpufleet.core.model import MILLI, Request
 from gpufleet.core.protocols import PreemptionRequest
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.policies.priority import LasArgs, waited
 
 
 def may_preempt(snapshot: Snapshot, job: Job, victim: Job) -> bool:
@@ -52,9 +58,14 @@ class CheapestVictims:
     NAME: ClassVar[str] = "preemption"
     clocked: ClassVar[bool] = True  # work at risk and exempt time grow with the clock
 
+    def allowed(self, req: PreemptionRequest, victim: RunningJob) -> bool:
+        """May ``victim`` be stopped for ``req.job``? By QoS or partition tier, past exempt time."""
+        s = req.snapshot
+        return may_preempt(s, req.job, victim.job) and not exempt(s, victim.job, req.now)
+
     def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]:
-        s, job, now = req.snapshot, req.job, req.now
-        cands = [r for r in req.running if may_preempt(s, job, r.job) and not exempt(s, r.job, now)]
+        job, now = req.job, req.now
+        cands = [r for r in req.running if self.allowed(req, r)]
         if not cands:
             return []
         task = replace(job.request, nodes=1)
@@ -108,3 +119,30 @@ class CheapestVictims:
             if req.trial(rest, mask, task)[node]:
                 chosen = rest
         return tuple(chosen)
+
+
+class AttainedServiceVictims(CheapestVictims):
+    """Tiresias' preemption: a waiting job stops running jobs of a later LAS queue.
+
+    A running job may be stopped for a waiting one when its queue, by the
+    service it has attained including the current run, comes strictly after
+    the waiting job's (a starved job counts as the first queue), and it has
+    run at least ``quantum_s`` in this run: the scheduling quantum, so jobs
+    do not swap at every cycle. Among those, the cheapest set by work lost
+    (``CheapestVictims``) makes room.
+    """
+
+    NAME: ClassVar[str] = "las"
+
+    def __init__(self, args: LasArgs, quantum_s: int) -> None:
+        self.args = args
+        self.quantum_s = quantum_s
+
+    def allowed(self, req: PreemptionRequest, victim: RunningJob) -> bool:
+        job, now = req.job, req.now
+        started = victim.job.start_time if victim.job.start_time is not None else now
+        if now - started < self.quantum_s:
+            return False
+        theirs = victim.job.gpu_seconds_attained + victim.job.gpu_milli / MILLI * (now - started)
+        mine = self.args.level(np.array([job.gpu_seconds_attained]), waited([job], now))
+        return bool(self.args.level(np.array([theirs]))[0] > mine[0])

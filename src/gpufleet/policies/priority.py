@@ -260,12 +260,14 @@ class ShortestJobFirst:
 
 
 class LasArgs(BaseModel):
-    """Tiresias' discretised 2D-LAS: queue boundaries in attained GPU-seconds.
+    """Tiresias' discretised 2D-LAS (Gu et al., NSDI'19): queues by attained GPU-seconds.
 
     With no thresholds the ordering is continuous LAS (least attained first);
     with K thresholds there are K + 1 queues, the job's queue being how many
     thresholds its attained service has reached, and jobs within a queue keep
-    submission order, which limits how often jobs swap places.
+    submission order, which limits how often jobs swap places. A job that has
+    waited ``starve_limit_s`` since it last entered the queue goes to the
+    first queue (the paper's STARVELIMIT), so long jobs cannot starve.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -273,6 +275,18 @@ class LasArgs(BaseModel):
     thresholds_gpu_s: tuple[float, ...] = Field(
         (), description="Queue thresholds in attained GPU-seconds, strictly increasing."
     )
+    starve_limit_s: int = Field(
+        0, ge=0, description="a job waiting this long goes to the first queue; 0: never"
+    )
+
+    def level(self, attained: FloatArray, waited: FloatArray | None = None) -> FloatArray:
+        """Each job's queue (attained service itself without thresholds); 0 once starved."""
+        level = np.asarray(attained, dtype=np.float64)
+        if self.thresholds_gpu_s:
+            level = np.searchsorted(self.thresholds_gpu_s, level, side="right").astype(np.float64)
+        if self.starve_limit_s and waited is not None:
+            level = np.where(waited >= self.starve_limit_s, 0.0, level)
+        return level
 
     @field_validator("thresholds_gpu_s")
     @classmethod
@@ -283,20 +297,29 @@ class LasArgs(BaseModel):
         return value
 
 
+def waited(pending: Sequence[Job], now: int) -> FloatArray:
+    """Seconds each job has waited since it last entered the queue (its submission or
+    its latest requeue)."""
+    since = (j.submit_time if j.requeued_at is None else j.requeued_at for j in pending)
+    return now - np.fromiter(since, dtype=np.float64, count=len(pending))
+
+
 class LeastAttainedService:
-    """Least attained GPU service first (GPUs x seconds run, over all previous runs)."""
+    """Least attained GPU service first (GPUs x seconds run, over all previous runs),
+    by discretised queues when ``LasArgs`` has thresholds."""
 
     NAME: ClassVar[str] = "las"
-    clocked: ClassVar[bool] = False
 
     def __init__(self, args: LasArgs | None = None) -> None:
         self.args = args or LasArgs()
+
+    @property
+    def clocked(self) -> bool:
+        """The starvation guard promotes jobs as their wait grows."""
+        return bool(self.args.starve_limit_s)
 
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
         attained = np.fromiter(
             (j.gpu_seconds_attained for j in pending), dtype=np.float64, count=len(pending)
         )
-        if not self.args.thresholds_gpu_s:
-            return -attained
-        queue = np.searchsorted(self.args.thresholds_gpu_s, attained, side="right")
-        return -queue.astype(np.float64)
+        return -self.args.level(attained, waited(pending, now))
