@@ -135,3 +135,20 @@ def test_a_declared_node_is_compared_not_trusted(tmp_path: Path) -> None:
     assert declared.differences == ("declares 2 GPUs, NVML finds 4",)
     assert declared.gpu_ids == ("0", "1")  # counts differ: UUIDs cannot be matched
     assert read_inventory(path).differences == ()  # no NVML: nothing to compare
+
+
+def test_gpufleet_up_writes_the_gpus_nvml_finds(tmp_path: Path) -> None:
+    from gpufleet.cli.up import _discovered, _node_toml
+
+    nvml = four_gpus()
+    nvml.gpus[3].mig = None
+    text, described = _node_toml(4, _discovered(nvml))
+    (tmp_path / "node.toml").write_text(text)
+    found = read_inventory(tmp_path / "node.toml", None, nvml)
+    assert [(g.model, g.numa, g.nvlink_domain) for g in found.node.gpus] == [
+        ("A100-80GB", 0, 0), ("A100-80GB", 0, 0), ("A100-80GB", 1, 2), ("A100-80GB", 1, 2),
+    ]  # fmt: skip
+    assert found.differences == () and described.endswith("4 A100-80GB GPUs (found through NVML)")
+    assert _discovered(None) is None
+    nvml.gpus[0].name = "NVIDIA GeForce RTX 4090"  # an unknown model: declare it by hand
+    assert _discovered(nvml) is None

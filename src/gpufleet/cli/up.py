@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -62,8 +62,9 @@ role = "admin"
 """
 
 
-def _node_toml(gpus_found: int) -> tuple[str, str]:
-    """This machine's inventory file, and a line describing it."""
+def _node_toml(gpus_found: int, found: dict[str, Any] | None = None) -> tuple[str, str]:
+    """This machine's inventory file, and a line describing it; ``found`` is the node
+    NVML discovered (``agent.discover.discovered_group``), when it could."""
     cpus = os.cpu_count() or 1
     memory_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     lines = [
@@ -74,7 +75,15 @@ def _node_toml(gpus_found: int) -> tuple[str, str]:
         f"memory_mib = {memory_mib}",
     ]
     what = f"{cpus} CPUs, {memory_mib // 1024} GiB"
-    if gpus_found:
+    if found is not None and "gpus" in found:
+        g = found["gpus"]
+        lines.insert(1, "# GPUs as NVML found them.")
+        lines.append(
+            f'gpus = {{ model = "{g["model"]}", count = {g["count"]}, '
+            f"memory_mib = {g['memory_mib']}, numa = {g['numa']}, nvlink = {g['nvlink']} }}"
+        )
+        what += f", {g['count']} {g['model']} GPUs (found through NVML)"
+    elif gpus_found:
         lines.insert(1, f"# This host has {gpus_found} NVIDIA GPUs: declare them (gpus = ...).")
         what += f"; declare its {gpus_found} NVIDIA GPUs in node.toml, then run up again"
     else:
@@ -82,6 +91,18 @@ def _node_toml(gpus_found: int) -> tuple[str, str]:
         lines += ['labels = { demo = "true" }', f"gpus = {DEMO_GPUS}"]
         what += ", 2 demo L4 GPUs (no GPU found: they do not exist)"
     return "\n".join(lines) + "\n", what
+
+
+def _discovered(nvml: Any) -> dict[str, Any] | None:
+    """This machine as NVML sees it, or None (no NVML, or GPUs of mixed or unknown models)."""
+    if nvml is None:
+        return None
+    from gpufleet.agent.discover import discover, discovered_group
+
+    try:
+        return discovered_group(discover(nvml), NODE)
+    except ValueError:
+        return None
 
 
 def _secret_file(path: Path, make: Callable[[], str]) -> str:
@@ -112,6 +133,7 @@ def up(
     from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
+    from gpufleet.agent.telemetry import load_nvml
     from gpufleet.api.app import create_app
     from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
@@ -127,8 +149,9 @@ def up(
             config.write_text(CONTROLLER_TOML)
         inventory = data / "node.toml"
         described = ""
+        nvml, _ = load_nvml()
         if not inventory.exists():
-            text, described = _node_toml(nvidia_gpu_count())
+            text, described = _node_toml(nvidia_gpu_count(), _discovered(nvml))
             inventory.write_text(text)
     except OSError as e:
         fail("--data", f"{data}: {e.strerror or e}")
@@ -138,7 +161,7 @@ def up(
     except ConfigError as e:
         fail(str(config), "; ".join(e.problems))
     try:
-        declared = read_inventory(inventory)
+        declared = read_inventory(inventory, nvml=nvml)
     except InventoryError as e:
         fail("", str(e))
     try:
@@ -182,7 +205,7 @@ def up(
         fail("--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
     bound_host, bound_port = sock.getsockname()[:2]
     api = f"http://{bound_host}:{bound_port}"
-    agent = node_agent(declared, runner, server=api, token=node_token)
+    agent = node_agent(declared, runner, server=api, token=node_token, nvml=nvml)
     refused: list[Refused] = []
 
     def run_agent() -> None:
