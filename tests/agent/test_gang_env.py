@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from agent.support import Launches, wait_ended
 from gpufleet.agent.runner import Runner, rank_environment
 
-NAMES = (
-    "RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK "
-    "OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID NCCL_IB_HCA"
-).split()
+NAMES = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "NCCL_IB_HCA",
+]
 
 
 def test_a_gang_task_knows_its_rank_and_the_rendezvous(runner: Runner, launch: Launches) -> None:
@@ -44,3 +54,27 @@ def test_a_gang_task_knows_its_rank_and_the_rendezvous(runner: Runner, launch: L
     assert other["MASTER_PORT"] == port and 20000 <= int(port) < 30000
     single = rank_environment(launch("41", argv=["true"]), "n1")
     assert (single["RANK"], single["WORLD_SIZE"], single["MASTER_ADDR"]) == ("0", "1", "n1")
+
+
+def test_a_container_template_wraps_the_command(launch: Launches, tmp_path: Path) -> None:
+    # env(1) stands in for a container runtime: it sets what the template says, then execs.
+    template = ("env", "IMAGE={image}", "WHERE={workdir}")
+    runner = Runner(tmp_path / "boxed", "n1", same_user=True, container=template)
+    try:
+        code = "import os; print(os.environ['IMAGE'], os.environ['WHERE'])"
+        runner.start(launch("50", argv=[sys.executable, "-c", code], container="pytorch:24.05"))
+        assert wait_ended(runner)["50"].exit_code == 0
+        assert launch.output("50") == f"pytorch:24.05 {tmp_path}\n"
+    finally:
+        runner.close()
+
+
+def test_an_image_on_a_node_without_a_template_fails_to_start(
+    runner: Runner, launch: Launches
+) -> None:
+    runner.start(launch("51", argv=["true"], container="pytorch:24.05"))
+    report = wait_ended(runner)["51"]
+    assert (report.state, report.message) == (
+        "failed_to_start",
+        "container: node n1 runs no containers",
+    )

@@ -78,5 +78,7 @@ def test_missing_file_says_whether_there_are_gpus(
     for bus in ("0000:01:00.0", "0000:02:00.0"):
         (driver / bus).mkdir(parents=True)
     monkeypatch.setattr(inventory, "NVIDIA_PROC", driver)
-    with pytest.raises(InventoryError, match="this host has 2 NVIDIA GPUs, but NVML cannot read them"):
+    with pytest.raises(
+        InventoryError, match="this host has 2 NVIDIA GPUs, but NVML cannot read them"
+    ):
         read_inventory(missing)

@@ -86,3 +86,15 @@ def test_the_partitions_nccl_settings_reach_the_launch(db: Database) -> None:
         assert launch.env == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_1", "MINE": "x"}
     finally:
         c.ctl.stop()
+
+
+def test_the_image_reaches_the_launch(cluster: Cluster) -> None:
+    boxed = cluster.ctl.submit(principal=ANA, spec=spec(container="pytorch:24.05")).job_id
+    plain = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.run_cycle_now()
+    launches = {
+        launch.job_id: launch.container
+        for node in ("n1", "n2")
+        for launch in cluster.sync(node).jobs_to_start
+    }
+    assert launches == {boxed: "pytorch:24.05", plain: None}

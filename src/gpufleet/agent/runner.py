@@ -150,7 +150,12 @@ def parse_signal_spec(spec: str) -> tuple[int, int, bool]:
 
 
 class Runner:
-    """The runs of one node, kept in ``state_dir``. Safe to call from several threads."""
+    """The runs of one node, kept in ``state_dir``. Safe to call from several threads.
+
+    ``container`` is the node's container template, as words (``apptainer exec
+    --nv {image}``): a launch naming an image runs as the template followed by
+    its command; without a template such a launch fails to start.
+    """
 
     def __init__(
         self,
@@ -158,9 +163,11 @@ class Runner:
         node: str,
         *,
         same_user: bool = False,
+        container: tuple[str, ...] = (),
     ) -> None:
         self.node = node
         self.same_user = same_user or os.geteuid() != 0
+        self.container = container  # the template's words, "{image}" among them
         self._runs = Path(state_dir) / "runs"
         self._done = Path(state_dir) / "done"
         for path in (self._runs, self._done):
@@ -389,6 +396,8 @@ class Runner:
             argv = list(launch.argv)
         else:
             raise LaunchError("launch: argv is empty")
+        if launch.container is not None:
+            argv = self._contained(launch, rundir) + argv
         warn = parse_signal_spec(launch.signal) if launch.signal else None
         return {
             "job_id": launch.job_id,
@@ -404,6 +413,19 @@ class Runner:
             "warn_before_s": warn[1] if warn else 0,
             "warn_batch_only": warn[2] if warn else False,
         }
+
+    def _contained(self, launch: JobLaunch, rundir: Path) -> list[str]:
+        """The container template's words with ``{image}``, ``{workdir}`` and ``{rundir}``
+        filled in, word by word: the image name never reaches a shell."""
+        if not self.container or launch.container is None:
+            raise LaunchError(f"container: node {self.node} runs no containers")
+        values = {"{image}": launch.container, "{workdir}": launch.workdir, "{rundir}": str(rundir)}
+        out = []
+        for word in self.container:
+            for key, value in values.items():
+                word = word.replace(key, value)
+            out.append(word)
+        return out
 
     def _spawn(self, rundir: Path, user: pwd.struct_passwd | None) -> int:
         """Start the run's supervisor in a session of its own; return its PID.

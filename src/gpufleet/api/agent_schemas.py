@@ -207,6 +207,7 @@ class JobLaunch(BaseModel):
     checkpoint_dir: str = Field(
         "", description="the job's checkpoint directory, the same for every run of the job"
     )
+    container: str | None = Field(None, description="the image to run the job in, if any")
 
 
 class JobKill(BaseModel):

@@ -110,6 +110,12 @@ class JobSubmit(_Request):
     exclude: list[str] = Field(default_factory=list, max_length=MAX_NODES)
     begin: int | None = Field(None, ge=0, description="not before this Unix time")
     requeue: bool = True
+    container: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description="an image to run the job in, through the node agents' container template",
+    )
     checkpoint_s: int | None = Field(
         None,
         gt=0,

@@ -116,6 +116,14 @@ def agent(
     check_interval: Annotated[
         float, typer.Option("--check-interval", min=1.0, help="seconds between health checks")
     ] = 60.0,
+    container: Annotated[
+        str | None,
+        typer.Option(
+            "--container",
+            help="the command that runs a job in its image, e.g. "
+            "'apptainer exec --nv --bind {workdir} {image}' ({image}, {workdir}, {rundir})",
+        ),
+    ] = None,
     same_user: Annotated[
         bool,
         typer.Option(
@@ -141,6 +149,12 @@ def agent(
         )
     except ValueError as e:
         _fail(f"--check/--remediate: {e}")
+    try:
+        template = tuple(shlex.split(container or ""))
+    except ValueError as e:
+        _fail(f"--container: {e}")
+    if template and not any("{image}" in word for word in template):
+        _fail("--container: the template must name {image}")
     if any(not argv for argv in settings.scripts):
         _fail("--check: an empty command")
 
@@ -150,7 +164,12 @@ def agent(
     except InventoryError as e:
         _fail(f"--inventory: {e}")
     try:
-        runner = Runner(state_dir, declared.node.name, same_user=same_user)
+        runner = Runner(
+            state_dir,
+            declared.node.name,
+            same_user=same_user,
+            container=template,
+        )
     except OSError as e:
         _fail(f"--state-dir: {state_dir}: {e.strerror or e}")
     except StateDirBusy as e:

@@ -621,6 +621,7 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("requeue", None, "none", _flag("requeue", True), "may be requeued (default)"),
     _Option("no-requeue", None, "none", _flag("requeue", False), "never requeue"),
     _Option("signal", None, "required", _field("signal", parse_signal), "[B:]SIG[@seconds]"),
+    _Option("container", None, "required", _field("container", _text), "run in this image"),
     _Option(
         "checkpoint",
         None,

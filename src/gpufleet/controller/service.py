@@ -2260,6 +2260,7 @@ class Controller:
             node_rank=rank,
             node_list=live.node_list,
             checkpoint_dir=self._checkpoint_dir(live),
+            container=spec.get("container"),
         )
 
     def _partition_nccl(self, live: LiveJob) -> tuple[tuple[str, str], ...]:
