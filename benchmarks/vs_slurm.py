@@ -1,0 +1,223 @@
+"""How close does a replay of a Slurm cluster's history come to what Slurm did?
+
+A seeded GPU workload (``--jobs`` jobs of 1, 2, 4, 8 or 16 GPUs, 5-90 s of
+``sleep``, time limits 1.5-4x the runtime, Poisson arrivals) is submitted in
+real time to a real Slurm 22.05 on this machine (``--slurm-tools DIR`` holds
+``slurmsim.sh``, which runs Slurm's daemons on one host: 16 nodes x 8 fake
+GPUs, slurmdbd, ``sched/backfill`` with ``bf_interval=5`` and the default
+``bf_resolution=60``, multifactor priority with age, job size and a GPU TRES
+weight). Its
+``sacct -P`` export is then replayed by gpufleet under the configuration
+``gpufleet import slurm`` makes of the same ``slurm.conf``, ``gres.conf`` and
+``sacctmgr`` tables, and each job's start in the replay is compared with its
+start in Slurm (both counted from the first submission):
+
+* ``spearman``: rank correlation of the start times;
+* ``far_pct``: % of jobs whose starts differ by more than 30 s;
+* ``mean_diff_s``: mean of (replay start - Slurm start).
+
+The same export is also replayed under gpufleet's own cycle (the imported
+profile without Slurm's pass structure: ``backfill.interval_s`` and
+``calc_period_s`` 0), as ``gpufleet_cycle``, to show what the Slurm mode buys.
+
+With ``--export FILE --conf DIR`` no Slurm runs: a saved export and the
+folder of its ``slurm.conf``, ``gres.conf`` and ``sacctmgr`` tables are
+replayed (``benchmarks/data/vs_slurm/`` holds the runs docs/benchmarks.md
+quotes). ``--out DIR`` keeps a run's export and files for that. The daemons
+are started and stopped by ``slurmsim.sh`` (by PID file) in a temporary folder.
+
+    python benchmarks/vs_slurm.py --slurm-tools DIR --seed 1 --json
+
+Needs the Slurm packages (``slurmsim.sh install`` with ``ACCT=slurmdbd``); CI never
+runs it. The JSON result is the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from scipy.stats import spearmanr
+
+from gpufleet.adapters.inventory import load_cluster
+from gpufleet.adapters.slurmconf import import_slurm
+from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.traces.sacct import load_sacct
+
+FIELDS = (
+    "JobID,JobName,User,Account,Partition,QOS,Submit,Start,End,Elapsed,Timelimit,State,"
+    "NNodes,NodeList,ReqTRES,AllocTRES"
+)
+
+
+def workload(n: int, seed: int, mean_gap_s: float) -> list[dict[str, int]]:
+    """Jobs as (submit offset, GPUs, runtime, limit in minutes), by submit time."""
+    rng = random.Random(seed)
+    jobs, t = [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(1 / mean_gap_s)
+        gpus = rng.choice([1, 1, 1, 2, 2, 4, 8, 16])
+        run = rng.randint(5, 90)
+        limit_min = max(1, math.ceil(run * rng.uniform(1.5, 4.0) / 60))
+        jobs.append({"submit": round(t), "gpus": gpus, "run": run, "limit_min": limit_min})
+    return jobs
+
+
+def _slurm(tools: Path, env: dict[str, str], *args: str) -> None:
+    subprocess.run(["bash", str(tools / "slurmsim.sh"), *args], env=env, check=True)
+
+
+def run_slurm(tools: Path, jobs: list[dict[str, int]], out: Path) -> Path:
+    """Run ``jobs`` through a real Slurm; the export and the Slurm files go to ``out``."""
+    root = Path(tempfile.mkdtemp(prefix="slurmsim-"))
+    root.chmod(0o755)  # munged runs as munge and must reach its socket folder
+    env = {**os.environ, "SIM_ROOT": str(root), "NNODES": "16", "GPUS": "8", "ACCT": "slurmdbd"}
+    env["SLURM_CONF"] = str(root / "etc" / "slurm.conf")
+    _slurm(tools, env, "start")
+    try:
+        origin = time.time()
+        for k, job in enumerate(jobs):
+            time.sleep(max(0.0, origin + job["submit"] - time.time()))
+            nodes = 2 if job["gpus"] > 8 else 1
+            subprocess.run(
+                [
+                    "sbatch",
+                    "--quiet",
+                    f"--job-name=j{k:04d}",
+                    "--account=sim_acct",  # slurmsim.sh's account, so fairshare has a tree
+                    f"--nodes={nodes}",
+                    f"--gres=gpu:{job['gpus'] // nodes}",
+                    f"--time={job['limit_min']}",
+                    f"--output={root}/jobs/%j.out",
+                    f"--wrap=sleep {job['run']}",
+                ],
+                env=env,
+                check=True,
+            )
+        while subprocess.run(
+            ["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip():
+            time.sleep(2)
+        time.sleep(3)  # let the last records reach slurmdbd
+        export = out / "sacct.txt"
+        with export.open("w") as f:
+            subprocess.run(
+                ["sacct", "-a", "-X", "-P", "-S", "now-1days", "-o", FIELDS],
+                env=env,
+                stdout=f,
+                check=True,
+            )
+        for name, cmd in (("qos.txt", ["show", "qos"]), ("assoc.txt", ["show", "assoc"])):
+            with (out / name).open("w") as f:
+                fmt = ["format=Cluster,Account,User,Partition,ParentName,Share,Priority"]
+                extra = fmt if name == "assoc.txt" else []
+                subprocess.run(["sacctmgr", "-P", *cmd, *extra], env=env, stdout=f, check=True)
+        for name in ("slurm.conf", "gres.conf"):
+            shutil.copy(root / "etc" / name, out / name)
+    finally:
+        _slurm(tools, env, "stop")
+        shutil.rmtree(root, ignore_errors=True)
+    return out / "sacct.txt"
+
+
+def compare(export: Path, conf: Path, slurm_mode: bool) -> dict[str, float]:
+    """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
+    qos, assoc = conf / "qos.txt", conf / "assoc.txt"
+    imported = import_slurm(
+        conf / "slurm.conf",
+        gres=conf / "gres.conf",
+        qos=qos if qos.exists() else None,
+        assoc=assoc if assoc.exists() else None,
+    )
+    policy = imported.policy
+    if not slurm_mode:
+        policy["backfill"]["interval_s"] = 0
+        policy["ordering"]["multifactor"]["calc_period_s"] = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Path(tmp) / "cluster.toml"
+        cluster.write_text(tomli_w.dumps(imported.cluster))
+        nodes = load_cluster(cluster)
+    trace = load_sacct(export)
+    result = replay(nodes, trace, profile_from_dict(policy, "imported"))
+    sim_start = {r.job.id: r.first_start for r in result.jobs}
+    real_start = _real_starts(export)
+    ids = [i for i in real_start if sim_start.get(i, -1) >= 0]
+    real = [real_start[i] for i in ids]
+    sim = [sim_start[i] for i in ids]
+    diffs = [s - r for s, r in zip(sim, real, strict=True)]
+    return {
+        "jobs": len(ids),
+        "spearman": round(float(spearmanr(real, sim).statistic), 4),
+        "far_pct": round(100 * sum(abs(d) > 30 for d in diffs) / len(diffs), 1),
+        "mean_diff_s": round(sum(diffs) / len(diffs), 1),
+    }
+
+
+def _real_starts(export: Path) -> dict[str, int]:
+    """Each job's Slurm start, in seconds after the export's first submission."""
+    rows = [line.split("|") for line in export.read_text().splitlines()]
+    head = rows[0]
+    col = {name: k for k, name in enumerate(head)}
+    submits, starts = [], {}
+    for row in rows[1:]:
+        if (
+            len(row) < len(head)
+            or "." in row[col["JobID"]]
+            or row[col["Start"]] in ("Unknown", "None")
+        ):
+            continue
+        submits.append(datetime.fromisoformat(row[col["Submit"]]))
+        starts[row[col["JobID"]]] = datetime.fromisoformat(row[col["Start"]])
+    origin = min(submits)
+    return {k: int((v - origin).total_seconds()) for k, v in starts.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slurm-tools", type=Path, help="the folder of slurmsim.sh")
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--mean-gap", type=float, default=0.6, help="mean seconds between submissions")
+    ap.add_argument("--export", type=Path, help="replay this saved sacct export instead")
+    ap.add_argument("--conf", type=Path, help="with --export: the folder of its Slurm files")
+    ap.add_argument("--out", type=Path, help="keep the export and the Slurm files here")
+    ap.add_argument("--json", action="store_true", help="only the JSON line on stdout")
+    args = ap.parse_args(argv)
+    if args.export is not None:
+        if args.conf is None:
+            ap.error("--export needs --conf")
+        export, conf = args.export, args.conf
+    else:
+        if args.slurm_tools is None:
+            ap.error("--slurm-tools is needed to run Slurm (or replay a saved --export)")
+        conf = args.out or Path(tempfile.mkdtemp(prefix="vs-slurm-"))
+        conf.mkdir(parents=True, exist_ok=True)
+        export = run_slurm(args.slurm_tools, workload(args.jobs, args.seed, args.mean_gap), conf)
+    result: dict[str, Any] = {
+        "seed": args.seed if args.export is None else None,
+        "jobs_submitted": args.jobs if args.export is None else None,
+        "slurm_mode": compare(export, conf, slurm_mode=True),
+        "gpufleet_cycle": compare(export, conf, slurm_mode=False),
+        "export": str(export),
+    }
+    if not args.json:
+        for name in ("slurm_mode", "gpufleet_cycle"):
+            print(name, result[name], file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
