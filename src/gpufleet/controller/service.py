@@ -226,6 +226,8 @@ class Controller:
         self._readings = ReadingsBoard()
         self._heartbeats: dict[str, float] = {}  # node -> a sync time not yet stored
         self._health: dict[str, NodeHealth] = {}  # each node's last health verdict
+        # Per node, the work counter and held runs of its last empty answer (_quiet_sync).
+        self._quiet: dict[str, tuple[int | None, frozenset[tuple[str, int]]]] = {}
         self._facts: dict[str, dict[str, Any]] = {}  # what each node's NVML reported
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
@@ -986,6 +988,9 @@ class Controller:
         """
         self._agent_check(principal, node)
         now = self.clock.now()
+        quiet = self._quiet_sync(node, body, now)
+        if quiet is not None:
+            return quiet
         with self._lock:
             self._running_check()
             info = self._nodes.get(node)
@@ -1019,9 +1024,44 @@ class Controller:
             ended = self._confirm_gone(node, body.running, now) or ended
             reply = self._reply(node, body.running, now)
             self._answered[node] = self._gen[node]
+            if reply.jobs_to_start or reply.jobs_to_kill or self._kills_sent.get(node):
+                self._quiet.pop(node, None)
+            else:
+                self._quiet[node] = (self._gen[node], _held(body.running))
         if ended or came_back:
             self._wake()
         return reply
+
+    def _quiet_sync(self, node: str, body: AgentSync, now: float) -> SyncReply | None:
+        """The answer to a heartbeat that brings nothing and finds nothing new, without
+        the lock (which a cycle may hold); None when the sync needs the full path.
+
+        Nothing new: the node's work counter has not moved since an empty answer
+        to the same held runs, no kill awaits a resend, and the sync carries no
+        report, checkpoint, changed health verdict or heartbeat due for the
+        store. The full path would answer it with empty lists too.
+        """
+        info = self._nodes.get(node)
+        last = self._quiet.get(node)
+        if (
+            not self._started
+            or info is None
+            or last is None
+            or info.state != "up"
+            or body.reports
+            or body.checkpoints
+            or (body.health is not None and body.health != self._health.get(node))
+            or info.saved_heartbeat is None
+            or now - info.saved_heartbeat >= self.setup.heartbeat_interval_s * 4
+            or last != (self._gen.get(node), _held(body.running))
+        ):
+            return None
+        info.last_heartbeat = now
+        self._readings.record(node, now, body.gpus)
+        return SyncReply(
+            heartbeat_interval_s=self.setup.heartbeat_interval_s,
+            node_state=self._node_state(node),
+        )
 
     def gpu_readings(self) -> dict[str, NodeReadings]:
         """Each node's latest GPU readings (nodes whose agents sent some), by node name."""
@@ -2397,6 +2437,10 @@ class Change:
     runs: list[dict[str, Any]] = field(default_factory=list)
     ends: list[dict[str, Any]] = field(default_factory=list)
     after: Callable[[LiveJob], None] = lambda job: None
+
+
+def _held(running: Sequence[RunRef]) -> frozenset[tuple[str, int]]:
+    return frozenset((r.job_id, r.run) for r in running)
 
 
 def _badness(exit: Mapping[str, Any]) -> tuple[int, int, int]:
