@@ -6,12 +6,13 @@ reused after (delete it to start over):
 ``controller.toml``
     the controller's configuration: one admin principal, defaults elsewhere.
 ``node.toml``
-    this machine as the cluster's one node, ``local``: its CPUs and memory.
-    Discovering GPUs (NVML) is not built yet, so a machine without NVIDIA
-    GPUs gets two *demo* L4 GPUs (labelled ``demo = "true"``): they do not
-    exist, but they let queues, GPU requests and preemption be tried on a
-    laptop; a job on them sees made-up UUIDs in ``CUDA_VISIBLE_DEVICES``. A
-    machine with NVIDIA GPUs gets a CPU-only node and a line asking to
+    this machine as the cluster's one node, ``local``: its CPUs and memory,
+    and its GPUs as NVML finds them (one known model). A machine without
+    NVIDIA GPUs gets two *demo* L4 GPUs (labelled ``demo = "true"``): they
+    do not exist, but they let queues, GPU requests and preemption be tried
+    on a laptop; a job on them sees made-up UUIDs in
+    ``CUDA_VISIBLE_DEVICES``. A machine whose GPUs NVML cannot read, or of
+    mixed or unknown models, gets a CPU-only node and a line asking to
     declare its GPUs in this file.
 ``gpufleet.db``, ``admin.token`` (mode 0600), ``agent.token``, ``agent/``
     the store, the tokens, and the agent's runs.
