@@ -2,9 +2,10 @@
 
 * The golden replays with a queue depth that does not bind give their pinned
   results: the bounded walk is the unbounded one until the bound is reached.
-* A periodic cycle the driver skips (the last cycle decided nothing, nothing
-  happened since, and the plan says the clock alone changes nothing) would
-  have decided nothing: forcing every cycle to run gives the same replay.
+* A cycle the driver skips (the last cycle decided nothing, nothing happened
+  since but the clock and arrivals past the queue depth's cut, and the plan
+  says the clock alone changes nothing) would have decided nothing: forcing
+  every cycle to run gives the same replay.
 """
 
 from __future__ import annotations
@@ -33,22 +34,31 @@ def test_a_queue_depth_that_does_not_bind_keeps_the_golden_results(case: str) ->
     assert got["jobs"] == want["jobs"]
 
 
-def replay_synthetic(backfill: str, sim: dict[str, Any]) -> Any:
+def replay_synthetic(backfill: str, depth: int, sim: dict[str, Any]) -> Any:
     make_nodes, make_jobs, policy = CASES["synthetic-fifo-strict"]
     # A window past every time limit, so no planned start is ever cut off by it (a plan
     # that was would mark itself clocked, and the next periodic cycle would run).
-    policy = {**policy, "backfill": {"mode": backfill, "window_s": 10**7}, "sim": sim}
+    policy = {
+        **policy,
+        "ordering": {"plugin": "fifo", "queue_depth": depth},
+        "backfill": {"mode": backfill, "window_s": 10**7},
+        "sim": sim,
+    }
     return replay(make_nodes(), make_jobs(), profile_from_dict(policy, backfill))
 
 
-@pytest.mark.parametrize("backfill", ["none", "easy"])
+@pytest.mark.parametrize(
+    ("backfill", "depth"),
+    # A depth of 5 cuts the queue, so arrivals past it skip their cycle too.
+    [("none", 0), ("easy", 0), ("none", 5), ("easy", 5)],
+)
 @pytest.mark.parametrize("sim", [{"interval_s": 60}, {"interval_s": 60, "min_gap_s": 30}])
-def test_skipped_periodic_cycles_change_nothing(
-    backfill: str, sim: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def test_skipped_cycles_change_nothing(
+    backfill: str, depth: int, sim: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    skipping = replay_synthetic(backfill, sim)
+    skipping = replay_synthetic(backfill, depth, sim)
     monkeypatch.setattr(SchedulingProfile, "clocked", lambda self: True)
-    every = replay_synthetic(backfill, sim)
+    every = replay_synthetic(backfill, depth, sim)
     assert skipping.cycles_skipped > 0
     assert every.cycles_skipped == 0
     assert digest(skipping) == digest(every)

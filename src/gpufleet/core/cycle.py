@@ -94,6 +94,7 @@ __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
     "Plan",
     "SchedulingProfile",
     "Snapshot",
+    "beyond_cut",
     "gpu_hours_at_risk",
     "partition_nodes",
     "queue_order",
@@ -333,9 +334,12 @@ class _Cycle:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
             submit = table.values("submit_time", attrgetter("submit_time"))[rows[keep]]
             depth = self.p.queue_depth
+            order = queue_order(prio, candidates, submit, depth)
             if depth and len(candidates) > depth:
                 plan.stats["beyond_depth"] = float(len(candidates) - depth)
-            self._walk(rows[keep][queue_order(prio, candidates, submit, depth)])
+                last = order[-1]
+                plan.cut = (-float(prio[last]), int(submit[last]), candidates[last].id)
+            self._walk(rows[keep][order])
         plan.clocked = plan.clocked or self.p.clocked()
         plan.stats.update(
             tested=float(self.tested),
@@ -685,6 +689,19 @@ class _Cycle:
         self.planned.add(planned.nodes, *planned.hold)
         self.plan.expected_start[job.id] = planned.start
         self.plan.expected_nodes[job.id] = tuple(int(n) for n in planned.nodes)
+
+
+def beyond_cut(plan: Plan, profile: SchedulingProfile, snapshot: Snapshot, job: Job) -> bool:
+    """Whether ``job``, queued after ``plan`` was made from ``snapshot``, sorts after every
+    job the plan considered, so a cycle with it considers the same jobs.
+
+    Only when the queue depth cut the queue and the plan is not clocked (the
+    ordering's priorities do not move with the clock).
+    """
+    if plan.cut is None or plan.clocked:
+        return False
+    prio = float(profile.ordering.priorities(snapshot, [job], snapshot.now)[0])
+    return (-prio, job.submit_time, job.id) > plan.cut
 
 
 def gpu_hours_at_risk(r: RunningJob, now: int) -> float:

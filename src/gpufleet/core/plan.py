@@ -52,5 +52,8 @@ class Plan:
     expected_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     clocked: bool = False
+    cut: tuple[float, int, str] | None = None
+    """When the queue depth cut the queue: the last job the walk considered, as its sort
+    key (minus priority, submit time, id); None when every job was considered."""
     stats: dict[str, float] = field(default_factory=dict)
     backfilled: bool = False

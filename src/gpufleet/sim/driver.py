@@ -23,7 +23,9 @@ event that may change a decision, at most once per ``min_gap_s``, and every
 ``interval_s`` while jobs wait, as the controller's loop does. A periodic
 cycle after a cycle that started and preempted nobody, with no event since,
 would decide the same unless the plan says the clock alone may change it
-(``Plan.clocked``): such a cycle is counted but not run.
+(``Plan.clocked``): such a cycle is counted but not run. So is one after
+arrivals only, each sorting after the last job the queue depth let that
+cycle consider (``core.cycle.beyond_cut``).
 
 **Predictions** (``policies.predict``): with a predictor, a job carries
 its runtime estimate from its arrival, and the predictor is told of each
@@ -56,7 +58,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.accounts import ROOT, Account, AccountTree, User
-from gpufleet.core.cycle import SchedulingProfile, run_cycle
+from gpufleet.core.cycle import SchedulingProfile, Snapshot, beyond_cut, run_cycle
 from gpufleet.core.fragmentation import FragmentationMeter, Workload
 from gpufleet.core.job import Job, JobState, Partition, QoS, Reservation, RunningJob
 from gpufleet.core.model import MILLI, Node
@@ -341,6 +343,7 @@ class Simulation:
         self.deferred = False
         self.tick_at: int | None = None
         self.settled = False  # the last cycle decided nothing and nothing happened since
+        self.last: tuple[Snapshot, Plan] | None = None  # the last cycle's snapshot and plan
         self.cycles = 0
         self.skipped = 0
         self.failures = 0
@@ -448,7 +451,7 @@ class Simulation:
                 ev = self.queue.pop()
                 if self._handle(ev):
                     wanted = True
-                    self.settled &= ev.kind is Kind.SCHEDULE
+                    self.settled &= ev.kind is Kind.SCHEDULE or self._beyond_cut(ev)
             if wanted:
                 self._maybe_cycle(t)
             self._sample()
@@ -560,7 +563,9 @@ class Simulation:
         now = self.now
         if self.learnt:
             self._estimate_queue()
-        plan = run_cycle(self.book.snapshot(now), self.sched, now)
+        snapshot = self.book.snapshot(now)
+        plan = run_cycle(snapshot, self.sched, now)
+        self.last = snapshot, plan
         self.cycles += 1
         self.last_cycle = now
         effects = self.book.apply(plan, now)
@@ -576,6 +581,13 @@ class Simulation:
         self.settled = not (plan.starts or plan.preemptions or plan.clocked or effects.deferred)
         self._arm_tick()
         return plan
+
+    def _beyond_cut(self, ev: Event) -> bool:
+        """An arrival the last cycle's queue depth would have left out changes nothing."""
+        if ev.kind is not Kind.ARRIVAL or self.last is None:
+            return False
+        snapshot, plan = self.last
+        return beyond_cut(plan, self.sched, snapshot, self.records[str(ev.key)].job)
 
     def _arm_tick(self) -> None:
         if self.config.interval_s and self.pending and self.tick_at is None:
