@@ -120,3 +120,15 @@ def test_bad_predict_settings_name_the_key(text: str, message: str) -> None:
 def test_features_of_a_job() -> None:
     job = pending(request=Request(gpus=2), time_limit_s=900)
     assert Features.of(job, "n") == Features("alice", "team", "n", 2.0, 900)
+
+
+def test_an_estimate_follows_what_was_learnt_since() -> None:
+    p = QuantilePredictor()
+    p.observe(feat(), 100)
+    p.observe(feat(), 300)
+    assert p.predict(feat()) == 200  # median of 100, 300
+    p.observe(feat(), 2000)
+    assert p.predict(feat()) == 300  # median of 100, 300, 2000
+    p.observe(feat(name="other"), 3600)
+    # a new script: the user's ratios 100, 300, 2000, 3600 over 3600: median 1150 / 3600
+    assert p.predict(feat(name="new")) == 1150

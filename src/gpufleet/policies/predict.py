@@ -96,6 +96,9 @@ class QuantilePredictor:
         self.args = args or PredictArgs()
         self.runtimes: dict[Group, deque[int]] = {}
         self.ratios: dict[Group, deque[float]] = {}
+        # Each group's quantile until it learns more: a queue re-estimated at
+        # once asks for the same few groups many times.
+        self._quantiles: dict[tuple[bool, Group], float | None] = {}
 
     @staticmethod
     def _by_name(f: Features) -> tuple[Group, ...]:
@@ -111,22 +114,34 @@ class QuantilePredictor:
         if f.name:
             for g in self._by_name(f):
                 self.runtimes.setdefault(g, deque(maxlen=keep)).append(runtime)
+                self._quantiles.pop((True, g), None)
         for g in self._by_owner(f):
             self.ratios.setdefault(g, deque(maxlen=keep)).append(runtime / f.limit_s)
+            self._quantiles.pop((False, g), None)
+
+    def _quantile(self, by_name: bool, g: Group) -> float | None:
+        """The group's quantile of runtimes (by name) or ratios; None under min_history."""
+        key = (by_name, g)
+        if key not in self._quantiles:
+            history = (self.runtimes if by_name else self.ratios).get(g, ())
+            enough = len(history) >= self.args.min_history
+            values = np.fromiter(history, np.float64, count=len(history))
+            self._quantiles[key] = (
+                float(np.quantile(values, self.args.quantile)) if enough else None
+            )
+        return self._quantiles[key]
 
     def predict(self, f: Features) -> int:
-        a = self.args
         estimate = float(f.limit_s)
         for g in self._by_name(f) if f.name else ():
-            runs = self.runtimes.get(g)
-            if runs is not None and len(runs) >= a.min_history:
-                estimate = float(np.quantile(np.fromiter(runs, np.float64), a.quantile))
+            runtime = self._quantile(True, g)
+            if runtime is not None:
+                estimate = runtime
                 break
         else:
             for g in self._by_owner(f):
-                ratios = self.ratios.get(g)
-                if ratios is not None and len(ratios) >= a.min_history:
-                    ratio = float(np.quantile(np.fromiter(ratios, np.float64), a.quantile))
+                ratio = self._quantile(False, g)
+                if ratio is not None:
                     estimate = ratio * f.limit_s
                     break
         return max(1, min(f.limit_s, round(estimate)))
