@@ -104,7 +104,7 @@ KEYS: dict[str, set[str]] = {
     "placement_departures.py": each(
         ("best-fit", "fgd", "default"),
         ("queue_mean_s", "jct_p95_s", "gpu_alloc_mean_pct"),
-        "results.x400",
+        "results.x400/8",
     ),
 }
 
