@@ -66,9 +66,21 @@ KEYS: dict[str, set[str]] = {
         ("best-fit", "fgd", "default"),
         "alloc_pct_at_100",
     ),
-    "fill_targets.py": {"targets_met"}
-    | each(["openb"], ("lead_at_100", "worst_gap", "worst_refusal_excess"), "results")
-    | {"results.openb.seconds_per_run"},
+    # Who is refused: a row per workload (the quick run has openb and spec33).
+    "fill_targets.py": each(
+        ("openb", "spec33"),
+        (
+            "default_at_100",
+            "fgd_at_100",
+            "lead_at_100",
+            "worst_gap",
+            "worst_refusal_excess",
+            "worst_type",
+            "default_first_refusal_pct",
+            "fgd_first_refusal_pct",
+        ),
+        "results",
+    ),
     "cycle.py": {"full_cycle_median_s", "incremental_cycle_median_s", "peak_rss_mb"},
     "sim_replay.py": {"openb_replay_s", "synthetic_100k_s", "peak_rss_mb"},
     "trace_load.py": each(
