@@ -37,9 +37,7 @@ def test_exit_code_and_separate_stderr(runner: Runner, launch: Launches, tmp_pat
     ["#!/bin/sh\necho shebang $0\n", "echo plain $0\n"],
     ids=["shebang", "no-shebang-runs-under-sh"],
 )
-def test_script_is_written_0700_and_executed(
-    runner: Runner, launch: Launches, script: str
-) -> None:
+def test_script_is_written_0700_and_executed(runner: Runner, launch: Launches, script: str) -> None:
     runner.start(launch("3", script=script))
     assert wait_ended(runner)["3"].exit_code == 0
     word, path = launch.output("3").split()
@@ -92,9 +90,7 @@ def test_death_by_signal(runner: Runner, launch: Launches) -> None:
     assert (report.state, report.exit_code, report.signal) == ("signalled", None, 9)
 
 
-def test_time_limit_sends_term_then_kill(
-    runner: Runner, launch: Launches, tmp_path: Path
-) -> None:
+def test_time_limit_sends_term_then_kill(runner: Runner, launch: Launches, tmp_path: Path) -> None:
     script = "#!/bin/sh\ntrap 'echo got TERM' TERM\necho ready\nwhile :; do sleep 0.05; done\n"
     started = time.monotonic()
     runner.start(launch("6", script=script, time_limit_s=1, kill_grace_s=1))
@@ -256,4 +252,3 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.02)
     return True
-
