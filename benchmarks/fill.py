@@ -85,8 +85,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="every tenth node, seed 42, 1 process")
     args = parser.parse_args()
     policies = args.policies.split(",")
-    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
-    seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = quick.fill_seeds(args.seeds, args.quick)
     workers = args.workers or (1 if args.quick else os.cpu_count() or 1)
     timing_seeds = args.timing_seeds or (1 if args.quick else 3)
 
@@ -106,15 +105,17 @@ def main() -> None:
             "alloc_pct_at_130": round(statistics.mean(r.at(130) for r in mine), 2),
             "per_seed_at_100": [round(a, 2) for a in at100],
             "published_at_100": round(paper[policy], 2) if policy in paper else None,
-            **{
-                k: round(v, 3)
-                for k, v in timed_runs(nodes, policy, seeds[:timing_seeds]).items()
-            },
+            **{k: round(v, 3) for k, v in timed_runs(nodes, policy, seeds[:timing_seeds]).items()},
         }
         if not args.json:
             print(policy, results[policy], flush=True)
-    out = {"results": results, "sweep_s": round(sweep_s, 1), "workers": workers,
-           "runs": len(runs), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    out = {
+        "results": results,
+        "sweep_s": round(sweep_s, 1),
+        "workers": workers,
+        "runs": len(runs),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
     print(json.dumps(out))
 
 

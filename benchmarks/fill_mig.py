@@ -84,8 +84,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="1/10 nodes, seed 42")
     args = parser.parse_args()
-    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
-    seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = quick.fill_seeds(args.seeds, args.quick)
     policies = args.policies.split(",")
     jobs = [(p, s, args.mig_share, args.quick) for p in policies for s in seeds]
     workers = args.workers or (1 if args.quick else os.cpu_count() or 1)

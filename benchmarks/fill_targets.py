@@ -91,8 +91,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="1/10 nodes, 1 seed, 2 workloads")
     args = parser.parse_args()
-    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
-    seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = quick.fill_seeds(args.seeds, args.quick)
     everything = ",".join(["openb", *VARIANTS])
     workloads = (args.workloads or ("openb,spec33" if args.quick else everything)).split(",")
     jobs = [(w, p, s, args.quick) for w in workloads for p in ("default", "fgd") for s in seeds]

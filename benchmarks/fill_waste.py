@@ -104,8 +104,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="every tenth node, seed 42")
     args = parser.parse_args()
-    lo, _, hi = (args.seeds or ("42" if args.quick else "42-51")).partition("-")
-    seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = quick.fill_seeds(args.seeds, args.quick)
     nodes = quick.openb_nodes(args.quick)
     pods = load_pods(bundled(DEFAULT_PODS))
     per_seed = {s: one_seed(nodes, pods, args.policy, s) for s in seeds}

@@ -36,3 +36,9 @@ def openb_nodes_file(quick: bool, folder: Path) -> Path:
     small = folder / path.name
     small.write_text(header + "".join(rows[::NODE_STRIDE]))
     return small
+
+
+def fill_seeds(text: str | None, quick: bool) -> list[int]:
+    """The seeds of ``--seeds FIRST-LAST`` (or one seed): 42-51 by default, 42 when ``quick``."""
+    lo, _, hi = (text or ("42" if quick else "42-51")).partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
