@@ -108,16 +108,27 @@ KEYS: dict[str, set[str]] = {
     },
     "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
     "metrics.py": {"scrape_s", "collect_s", "lock_s", "samples", "bytes", "gzip_bytes"},
-    "heartbeats.py": {"agents", "heartbeat_p99_ms", "failover_s"},
-    "locality.py": {"best_locality_pct", "seeds"},
+    "heartbeats.py": {"agents", "heartbeat_p99_ms", "heartbeat_p50_ms", "failover_s"}
+    | {"failover_runs_s", "resumed_from_step"},
+    # A row per policy, a column per request kind.
+    "locality.py": each(
+        ("topology", "default", "best-fit", "fgd"),
+        ("2gpu", "4gpu", "gang2x4", "gang2x8"),
+        "best_locality_pct",
+    ),
     "fill_mig.py": each(
         ("best-fit", "fgd", "default"), ("alloc_pct_at_100", "mig_refused_pct"), "results"
     ),
-    "placement_departures.py": each(
-        ("best-fit", "fgd", "default"),
-        ("queue_mean_s", "jct_p95_s", "gpu_alloc_mean_pct"),
-        "results.x400/8",
-    ),
+    # A row per setting (as recorded, contended) and policy.
+    "placement_departures.py": {
+        path
+        for setting in ("x1", "x400/8")
+        for path in each(
+            ("best-fit", "fgd", "default"),
+            ("queue_mean_s", "jct_p95_s", "gpu_alloc_mean_pct"),
+            f"results.{setting}",
+        )
+    },
 }
 
 
