@@ -1,3 +1,17 @@
-from store.databases import db
+from collections.abc import Iterator
 
-__all__ = ["db"]
+import pytest
+
+from controller.harness import Cluster
+from store.databases import Database, db
+
+__all__ = ["cluster", "db"]
+
+
+@pytest.fixture
+def cluster(db: Database) -> Iterator[Cluster]:
+    """The harness's controller with both its nodes registered (a module may define its own)."""
+    c = Cluster(db)
+    c.register()
+    yield c
+    c.ctl.stop()

@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from controller.harness import ADMIN, Cluster, inventory
 from gpufleet.api.agent_schemas import AgentRegister, AgentSync, GpuReading
-from store.databases import Database
-
-
-@pytest.fixture
-def cluster(db: Database) -> Iterator[Cluster]:
-    c = Cluster(db)
-    c.register()
-    yield c
-    c.ctl.stop()
 
 
 def test_latest_readings_per_node(cluster: Cluster) -> None:

@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from controller.harness import ADMIN, ANA, OPERATOR, Cluster, spec
 from gpufleet.api.agent_schemas import AgentSync, NodeHealth
-from store.databases import Database
-
-
-@pytest.fixture
-def cluster(db: Database) -> Iterator[Cluster]:
-    c = Cluster(db)
-    c.register()
-    yield c
-    c.ctl.stop()
 
 
 def report(cluster: Cluster, node: str, **verdict: object) -> None:

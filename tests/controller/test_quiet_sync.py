@@ -4,21 +4,9 @@ and never at the cost of a start, a kill or a report."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from controller.harness import ADMIN, ANA, Cluster, spec
 from gpufleet.api.agent_schemas import AgentSync, RunRef, SyncReply
-from store.databases import Database
-
-
-@pytest.fixture
-def cluster(db: Database) -> Iterator[Cluster]:
-    c = Cluster(db)
-    c.register()
-    yield c
-    c.ctl.stop()
 
 
 def beat(cluster: Cluster, node: str, *held: tuple[str, int]) -> SyncReply:
