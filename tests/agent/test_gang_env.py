@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from agent.support import Launches, wait_ended
-from gpufleet.agent.runner import Runner, rank_environment
+from gpufleet.agent.runner import Runner, job_environment, rank_environment
 
 NAMES = [
     "RANK",
@@ -78,3 +78,17 @@ def test_an_image_on_a_node_without_a_template_fails_to_start(
         "failed_to_start",
         "container: node n1 runs no containers",
     )
+
+
+def test_a_fractional_run_gets_its_share_for_mps(launch: Launches) -> None:
+    share = launch("60", argv=["true"], gpu_uuids=["GPU-a"], gpu_milli=250, gpu_memory_mib=4096)
+    env = job_environment(share, "n1")
+    assert {k: v for k, v in env.items() if k.startswith(("CUDA_", "GPUFLEET_GPU_"))} == {
+        "GPUFLEET_GPU_MILLI": "250",
+        "GPUFLEET_GPU_MEMORY_MIB": "4096",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+        "CUDA_VISIBLE_DEVICES": "GPU-a",
+    }
+    whole = job_environment(launch("61", argv=["true"], gpu_uuids=["GPU-a"]), "n1")
+    assert not any("MPS" in k or "GPU_MILLI" in k for k in whole)

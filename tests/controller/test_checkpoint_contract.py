@@ -98,3 +98,11 @@ def test_the_image_reaches_the_launch(cluster: Cluster) -> None:
         for launch in cluster.sync(node).jobs_to_start
     }
     assert launches == {boxed: "pytorch:24.05", plain: None}
+
+
+def test_a_shares_gpu_memory_reaches_the_launch(cluster: Cluster) -> None:
+    share = spec(gpus_per_node=0, gpu_milli=250, gpu_memory_mib=4096)
+    job = cluster.ctl.submit(principal=ANA, spec=share).job_id
+    cluster.ctl.run_cycle_now()
+    (launch,) = cluster.sync(cluster.where(job)).jobs_to_start
+    assert (launch.gpu_milli, launch.gpu_memory_mib, len(launch.gpu_uuids)) == (250, 4096, 1)

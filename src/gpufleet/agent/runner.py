@@ -98,12 +98,26 @@ def job_environment(launch: JobLaunch, node: str) -> dict[str, str]:
     if launch.cpu_milli > 0:
         env["SLURM_CPUS_ON_NODE"] = str(max(1, launch.cpu_milli // 1000))
     if launch.gpu_milli > 0:
-        env["GPUFLEET_GPU_MILLI"] = str(launch.gpu_milli)
+        env.update(share_environment(launch))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.gpu_uuids)
     env.update(rank_environment(launch, node))
     if launch.checkpoint_dir:
         env["GPUFLEET_CHECKPOINT_DIR"] = launch.checkpoint_dir
         env["GPUFLEET_CHECKPOINT_MARK"] = str(Path(launch.checkpoint_dir) / CHECKPOINT_MARK)
+    return env
+
+
+def share_environment(launch: JobLaunch) -> dict[str, str]:
+    """A fractional run's share of its GPU, for the job and for CUDA MPS, which enforces
+    the thread percentage and the memory limit where its daemon runs (the run sees its
+    one GPU as device 0)."""
+    env = {
+        "GPUFLEET_GPU_MILLI": str(launch.gpu_milli),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, launch.gpu_milli // 10)),
+    }
+    if launch.gpu_memory_mib > 0:
+        env["GPUFLEET_GPU_MEMORY_MIB"] = str(launch.gpu_memory_mib)
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={launch.gpu_memory_mib}M"
     return env
 
 

@@ -197,6 +197,7 @@ class JobLaunch(BaseModel):
     kill_grace_s: int
     gpu_uuids: list[str] = Field(default_factory=list)
     gpu_milli: int = Field(0, description="the share of the one GPU, for a fractional run")
+    gpu_memory_mib: int = Field(0, description="the GPU memory of that share (0: not asked)")
     cpu_milli: int = 0
     memory_mib: int = 0
     signal: str | None = None

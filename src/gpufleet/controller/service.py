@@ -2292,6 +2292,7 @@ class Controller:
             kill_grace_s=self.setup.kill_grace_s,
             gpu_uuids=list(place.get("mig") or place["gpu_uuids"]),
             gpu_milli=place["gpu_milli"],
+            gpu_memory_mib=place.get("gpu_memory_mib") or 0,
             cpu_milli=place["cpu_milli"],
             memory_mib=place["memory_mib"],
             signal=spec.get("signal"),
