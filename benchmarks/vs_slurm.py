@@ -16,9 +16,10 @@ start in Slurm (both counted from the first submission):
 * ``far_pct``: % of jobs whose starts differ by more than 30 s;
 * ``mean_diff_s``: mean of (replay start - Slurm start).
 
-The same export is also replayed under gpufleet's own cycle (the imported
-profile without Slurm's pass structure: ``backfill.interval_s`` and
-``calc_period_s`` 0), as ``gpufleet_cycle``, to show what the Slurm mode buys.
+The export is replayed twice: as imported (``imported``: gpufleet's cycle,
+backfilling at every event and every ``bf_interval``), and with Slurm's pass
+structure (``slurm_passes``: ``backfill.interval_s = bf_interval``, so only
+every ``bf_interval`` a backfill pass and Slurm's main pass between).
 
 With ``--export FILE --conf DIR`` no Slurm runs: a saved export and the
 folder of its ``slurm.conf``, ``gres.conf`` and ``sacctmgr`` tables are
@@ -132,7 +133,7 @@ def run_slurm(tools: Path, jobs: list[dict[str, int]], out: Path) -> Path:
     return out / "sacct.txt"
 
 
-def compare(export: Path, conf: Path, slurm_mode: bool) -> dict[str, float]:
+def compare(export: Path, conf: Path, slurm_passes: bool) -> dict[str, float]:
     """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
     qos, assoc = conf / "qos.txt", conf / "assoc.txt"
     imported = import_slurm(
@@ -142,9 +143,8 @@ def compare(export: Path, conf: Path, slurm_mode: bool) -> dict[str, float]:
         assoc=assoc if assoc.exists() else None,
     )
     policy = imported.policy
-    if not slurm_mode:
-        policy["backfill"]["interval_s"] = 0
-        policy["ordering"]["multifactor"]["calc_period_s"] = 0
+    if slurm_passes:
+        policy["backfill"]["interval_s"] = policy["sim"]["interval_s"]  # bf_interval
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Path(tmp) / "cluster.toml"
         cluster.write_text(tomli_w.dumps(imported.cluster))
@@ -208,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "seed": args.seed if args.export is None else None,
         "jobs_submitted": args.jobs if args.export is None else None,
-        "slurm_mode": compare(export, conf, slurm_mode=True),
-        "gpufleet_cycle": compare(export, conf, slurm_mode=False),
+        "imported": compare(export, conf, slurm_passes=False),
+        "slurm_passes": compare(export, conf, slurm_passes=True),
         "export": str(export),
     }
     if not args.json:
-        for name in ("slurm_mode", "gpufleet_cycle"):
+        for name in ("imported", "slurm_passes"):
             print(name, result[name], file=sys.stderr)
     print(json.dumps(result))
     return 0

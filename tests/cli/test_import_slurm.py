@@ -77,7 +77,6 @@ def dig(doc: dict[str, Any], dotted: str) -> object:
         ("users.2.shares", "parent"),  # FairShare=parent
         ("sim.priority_calc_s", 300),  # PriorityCalcPeriod=5
         ("ordering.multifactor.calc_period_s", 300),  # and age follows it
-        ("backfill.interval_s", 5),  # bf_interval=5: main passes in between
         ("sim.interval_s", 5),  # a cycle at least every bf_interval
     ],
 )

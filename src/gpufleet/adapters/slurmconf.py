@@ -446,8 +446,9 @@ class _Translator:
                 self.conf, line, "bf_max_job_test", values["bf_max_job_test"]
             )
         self.bf_interval = _integer(self.conf, line, "bf_interval", values.get("bf_interval", "30"))
-        # Backfill every bf_interval, Slurm's main pass in the cycles between.
-        bf["interval_s"] = self.bf_interval
+        # backfill.interval_s stays 0: Slurm's main passes between backfill passes
+        # reproduced real runs less well than backfilling in every cycle
+        # (docs/benchmarks.md, replay against Slurm); a cycle every bf_interval.
         if "default_queue_depth" in values:
             self.note("SchedulerParameters=default_queue_depth")
         return bf
