@@ -30,7 +30,9 @@ are started and stopped by ``slurmsim.sh`` (by PID file) in a temporary folder.
     python benchmarks/vs_slurm.py --slurm-tools DIR --seed 1 --json
 
 Needs the Slurm packages (``slurmsim.sh install`` with ``ACCT=slurmdbd``); CI never
-runs it. The JSON result is the last line of stdout.
+runs it, but replays a saved export with ``--quick`` (which runs 20 jobs through
+Slurm, and replays an export as it is, in seconds). The JSON result is the last
+line of stdout.
 """
 
 from __future__ import annotations
@@ -187,14 +189,16 @@ def _real_starts(export: Path) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slurm-tools", type=Path, help="the folder of slurmsim.sh")
-    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--jobs", type=int, help="jobs run through Slurm (200; 20 with --quick)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mean-gap", type=float, default=0.6, help="mean seconds between submissions")
     ap.add_argument("--export", type=Path, help="replay this saved sacct export instead")
     ap.add_argument("--conf", type=Path, help="with --export: the folder of its Slurm files")
     ap.add_argument("--out", type=Path, help="keep the export and the Slurm files here")
     ap.add_argument("--json", action="store_true", help="only the JSON line on stdout")
+    ap.add_argument("--quick", action="store_true", help="20 jobs (an export replays as it is)")
     args = ap.parse_args(argv)
+    jobs = args.jobs or (20 if args.quick else 200)
     if args.export is not None:
         if args.conf is None:
             ap.error("--export needs --conf")
@@ -204,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--slurm-tools is needed to run Slurm (or replay a saved --export)")
         conf = args.out or Path(tempfile.mkdtemp(prefix="vs-slurm-"))
         conf.mkdir(parents=True, exist_ok=True)
-        export = run_slurm(args.slurm_tools, workload(args.jobs, args.seed, args.mean_gap), conf)
+        export = run_slurm(args.slurm_tools, workload(jobs, args.seed, args.mean_gap), conf)
     result: dict[str, Any] = {
         "seed": args.seed if args.export is None else None,
-        "jobs_submitted": args.jobs if args.export is None else None,
+        "jobs_submitted": jobs if args.export is None else None,
         "imported": compare(export, conf, slurm_passes=False),
         "slurm_passes": compare(export, conf, slurm_passes=True),
         "export": str(export),
