@@ -18,6 +18,8 @@ KEYS = {
     "seconds_per_run",
     "frag_pct_at_100",
     "first_gap_level",
+    "refused_by_type",
+    "first_refusal_pct",
 }
 
 
