@@ -4,7 +4,8 @@
 The controller runs its scheduling loop on the wall clock, served by uvicorn on
 127.0.0.1; three real ``gpufleet agent`` processes hold nodes ``a1`` and
 ``a2`` (four A100s each) and ``m1`` (a MIG-partitioned A100 beside a whole
-one, whose declared telemetry reports XID 79 on GPU 1); ``d1`` is declared
+one, whose declared telemetry reports XID 48, a double-bit ECC error, on GPU 1:
+its health check masks that GPU and the node keeps working); ``d1`` is declared
 and has no agent. Real jobs run on them: two whole GPUs and a half GPU on
 ``a1``, a MIG slice on ``m1``; ``a2`` is drained; one job waits. The
 operator signs in through the page's form, and the cluster map must show
@@ -66,7 +67,7 @@ gpus = { model = "A100-80GB", count = 4 }
 """
 TELEMETRY = {
     "a1": "[[gpus]]\nindex = 0\nutil_pct = 87.0\n",
-    "m1": "[[gpus]]\nindex = 1\nxid_last = 79\n",
+    "m1": "[[gpus]]\nindex = 1\nxid_last = 48\n",
 }
 AGENTS = ("a1", "a2", "m1")
 CONFIG: dict[str, Any] = {
