@@ -17,7 +17,8 @@ Each replay runs in a fresh process, ``--repeat`` times; the JSON on the
 last line gives each policy's median wall time (trace loading excluded), its
 cycles (and how many periodic ones were skipped), and the queue: the mean
 and peak number of waiting jobs and the share of the replay's time with at
-least 10,000 waiting. ``--only NAME`` runs one policy.
+least 10,000 waiting. ``--only NAME`` runs one policy. ``--quick`` replays
+100 jobs of the same kind on 8 nodes (``gpus_total=64``), in seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gpufleet.sim.profile import profile_from_dict, replay
 from gpufleet.sim.traces import load_trace
 
 TRACE = "synthetic:n_jobs=15000,seed=1,gpus_total=512,load=10"
+QUICK_TRACE = "synthetic:n_jobs=100,seed=1,gpus_total=64,load=10"
 DEPTH = {"queue_depth": 100}
 POLICIES: dict[str, dict[str, Any]] = {
     "fifo-strict": {"ordering": {"plugin": "fifo", **DEPTH}},
@@ -48,17 +50,17 @@ POLICIES: dict[str, dict[str, Any]] = {
 DEEP = 10_000
 
 
-def nodes() -> list[Node]:
+def nodes(count: int) -> list[Node]:
     gpus = tuple(GPU(index=i, model="A100-80GB", memory_mib=80 * 1024) for i in range(8))
-    return [Node(f"node{i:02d}", 128_000, 1024 * 1024, gpus) for i in range(64)]
+    return [Node(f"node{i:02d}", 128_000, 1024 * 1024, gpus) for i in range(count)]
 
 
-def one(name: str) -> dict[str, Any]:
-    """Replay the trace under one policy, in this process."""
-    jobs = load_trace(TRACE)
+def one(name: str, quick: bool) -> dict[str, Any]:
+    """Replay the trace (or the quick one) under one policy, in this process."""
+    jobs = load_trace(QUICK_TRACE if quick else TRACE)
     profile = profile_from_dict({**POLICIES[name], "placement": {"plugin": "best-fit"}}, name)
     start = time.perf_counter()
-    result = replay(nodes(), jobs, profile)
+    result = replay(nodes(8 if quick else 64), jobs, profile)
     seconds = time.perf_counter() - start
     samples = result.samples
     spans = [(b.time - a.time, a.pending) for a, b in pairwise(samples)]
@@ -79,15 +81,17 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(POLICIES))
     parser.add_argument("--repeat", type=int, default=1, help="runs per policy (median)")
     parser.add_argument("--child", choices=sorted(POLICIES), help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="100 jobs on 8 nodes")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one(args.child)))
+        print(json.dumps(one(args.child, args.quick)))
         return
     out: dict[str, Any] = {}
     for name in [args.only] if args.only else list(POLICIES):
         runs = []
         for _ in range(args.repeat):
             child = [sys.executable, __file__, "--child", name]
+            child += ["--quick"] if args.quick else []
             done = subprocess.run(child, capture_output=True, text=True, check=True)
             runs.append(json.loads(done.stdout.splitlines()[-1]))
         out[name] = {**runs[-1], "wall_s": statistics.median(r["wall_s"] for r in runs)}

@@ -127,6 +127,11 @@ KEYS: dict[str, set[str]] = {
     },
     # Replay against real Slurm: the replay columns (the quick run replays an export).
     "vs_slurm.py": each(("imported", "slurm_passes"), ("spearman", "far_pct", "mean_diff_s")),
+    # A row per policy: wall time, cycles (skipped), mean and peak waiting, deep share.
+    "backlog.py": each(
+        ("fifo-strict", "fifo-easy", "multifactor-conservative"),
+        ("wall_s", "cycles", "cycles_skipped", "waiting_mean", "waiting_peak", "share_deep"),
+    ),
     "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
     "metrics.py": {"scrape_s", "collect_s", "lock_s", "samples", "bytes", "gzip_bytes"},
     "heartbeats.py": {"agents", "heartbeat_p99_ms", "heartbeat_p50_ms", "failover_s"}
