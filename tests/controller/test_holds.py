@@ -7,8 +7,6 @@ that the owner may release; an operator's or admin's hold is an admin hold,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 
@@ -18,14 +16,6 @@ from gpufleet.controller.errors import Conflict, Forbidden
 from gpufleet.controller.live import hold_kind
 from gpufleet.controller.service import Principal
 from store.databases import Database, job_row
-
-
-@pytest.fixture
-def cluster(db: Database) -> Iterator[Cluster]:
-    c = Cluster(db)
-    c.register()
-    yield c
-    c.ctl.stop()
 
 
 def hold_of(cluster: Cluster, job_id: str) -> tuple[str, str | None, str]:

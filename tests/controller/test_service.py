@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import sqlalchemy as sa
@@ -18,14 +18,6 @@ from gpufleet.core.model import Request
 from gpufleet.core.workload import TYPICAL
 from gpufleet.policies.config import Policy, PolicyConfig
 from store.databases import Database
-
-
-@pytest.fixture
-def cluster(db: Database) -> Iterator[Cluster]:
-    c = Cluster(db)
-    c.register()
-    yield c
-    c.ctl.stop()
 
 
 def test_a_job_runs_to_completion_with_its_history(cluster: Cluster) -> None:
