@@ -15,19 +15,15 @@ documented commands.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.live import gpufleet_env
+from cli.live import run_bash
 
 ROOT = Path(__file__).parents[2]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -111,21 +107,6 @@ class QuickRuns:
     def run(self, command: str) -> QuickRun:
         command = quick(command)
         if command not in self.done:
-            shell = subprocess.Popen(
-                ["bash", "-c", command],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=gpufleet_env(),
-                cwd=self.work,
-                start_new_session=True,  # one process group: servers and agents it starts
-            )
-            try:
-                out, err = shell.communicate(timeout=TIMEOUT_S)
-            finally:
-                # Whatever the script left running (after a failure or a timeout) goes too.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(shell.pid, signal.SIGKILL)
-                shell.communicate()
-            self.done[command] = QuickRun(command, shell.returncode, out, err)
+            status, out, err = run_bash(command, self.work, TIMEOUT_S)
+            self.done[command] = QuickRun(command, status, out, err)
         return self.done[command]

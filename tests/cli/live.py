@@ -10,6 +10,7 @@ made through the API with the admin token ``gpufleet up`` writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -72,6 +73,28 @@ def gpufleet_env(**extra: str) -> dict[str, str]:
     the installed command of the Python running the tests."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return {**os.environ, "PATH": path, **extra}
+
+
+def run_bash(script: str, cwd: Path, timeout_s: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``script`` under bash in ``cwd``, with
+    ``gpufleet_env()``, in a process group of its own that is killed afterwards, so
+    nothing it started (servers, agents, jobs) outlives it, whether it failed or not."""
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=gpufleet_env(),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = shell.communicate(timeout=timeout_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.communicate()
+    return shell.returncode, out, err
 
 
 @dataclass

@@ -36,18 +36,14 @@ host ``controller.example.org`` and the address ``0.0.0.0``
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from cli.live import gpufleet_env
+from cli.live import run_bash
 
 ROOT = Path(__file__).parents[2]
 FENCE = re.compile(r"^```(sh[^\n]*)\n(.*?)^```", re.S | re.M)
@@ -128,21 +124,6 @@ def test_the_commands_run_as_written(page: str, tmp_path: Path) -> None:
             assert shutil.which(tool), f"{page} uses {tool}: install it (.ci/run does)"
     assert "/tmp/" not in script.replace(str(tmp_path), ""), script
     stop = 'for p in $(jobs -p); do kill -TERM "$p"; wait "$p"; done\necho END-OF-COMMANDS\n'
-    shell = subprocess.Popen(
-        ["bash", "-c", f"set -eux\n{script}\n{stop}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=gpufleet_env(),
-        cwd=work,
-        start_new_session=True,  # one process group: the page's servers, agents and jobs
-    )
-    try:
-        out, err = shell.communicate(timeout=TIMEOUT_S)
-    finally:
-        # Whatever the page left running (after a failure or a timeout) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, signal.SIGKILL)
-        shell.communicate()
-    assert shell.returncode == 0, err[-4000:]
+    status, out, err = run_bash(f"set -eux\n{script}\n{stop}", work, TIMEOUT_S)
+    assert status == 0, err[-4000:]
     assert out.rstrip().endswith("END-OF-COMMANDS"), err[-4000:]
