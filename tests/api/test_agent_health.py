@@ -85,8 +85,9 @@ def test_xid_masks_a_gpu_and_a_failing_check_drains_then_remediation_resumes(
         assert node()["state"] == "idle"  # the node works on with three GPUs
         readings = cluster.controller.gpu_readings()["n1"].gpus
         assert [(g.index, g.healthy) for g in readings][1:3] == [(1, True), (2, False)]
-        gpus = node()["gpus"]
-        assert gpus[2]["used_milli"] == 1000 and gpus[2]["jobs"] == []  # held, for no job
+        # Held for no job, once the book has the mask (the audit may come first).
+        gpus = eventually(lambda: (g := node()["gpus"])[2]["used_milli"] == 1000 and g)
+        assert gpus[2]["jobs"] == []
 
         (agent / "broken").touch()
         drained = eventually(lambda: (n := node())["state"] == "drain" and n)

@@ -205,13 +205,15 @@ def test_the_scheduler_series_are_scraped(scraped: tuple[Prometheus, str]) -> No
     started = prometheus.query("gpufleet_jobs_started_total")
     assert [s["value"][1] for s in started] == ["1"]
     # The XID 79 on n2 (GPU fallen off the bus) has the agent's health check drain n2,
-    # so the partition's usable GPUs are n1's two, of which the job holds one.
+    # so the partition's usable GPUs are n1's two: idle but for the job's, if it ran
+    # there (it may have started on n2 before the drain).
     until(
         "n2 drained",
         lambda: [s["value"][1] for s in prometheus.query("gpufleet_partition_gpus")] == ["2"],
     )
+    held = prometheus.query('DCGM_FI_DEV_GPU_UTIL{hpc_job!="", Hostname="n1"}')
     idle = prometheus.query("gpufleet_partition_gpus_idle")
-    assert [s["value"][1] for s in idle] == ["1"]
+    assert [s["value"][1] for s in idle] == [str(2 - len(held))]
 
 
 def test_the_rules_fire_on_the_scraped_series(scraped: tuple[Prometheus, str]) -> None:
