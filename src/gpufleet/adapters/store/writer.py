@@ -79,10 +79,7 @@ class GroupWriter:
     def submit(self, work: Callable[[sa.Connection], T]) -> Future[T]:
         """Queue ``work``; the future resolves after its transaction commits."""
         future: Future[T] = Future()
-        with self._lock:
-            if self._stopped:
-                raise WriterStopped("the store writer is stopped")
-            self._queue.put(_Unit(work, future))
+        self._put(_Unit(work, future))
         return future
 
     def call(self, work: Callable[[sa.Connection], T]) -> T:
@@ -100,10 +97,7 @@ class GroupWriter:
     def insert_future(self, rows: Rows) -> Future[Any]:
         """``insert`` without waiting: the future resolves (to None) once committed."""
         future: Future[Any] = Future()
-        with self._lock:
-            if self._stopped:
-                raise WriterStopped("the store writer is stopped")
-            self._queue.put(_Unit(None, future, rows))
+        self._put(_Unit(None, future, rows))
         return future
 
     def insert_new_future(self, rows: Rows, key: Key) -> Future[Mapping[str, Any] | None]:
@@ -111,11 +105,14 @@ class GroupWriter:
         once the rows are committed, or to the existing row (as a mapping), inserting
         nothing. Within one batch the first of two units with the same key wins."""
         future: Future[Mapping[str, Any] | None] = Future()
+        self._put(_Unit(None, future, rows, key))
+        return future
+
+    def _put(self, unit: _Unit) -> None:
         with self._lock:
             if self._stopped:
                 raise WriterStopped("the store writer is stopped")
-            self._queue.put(_Unit(None, future, rows, key))
-        return future
+            self._queue.put(unit)
 
     def stop(self) -> None:
         """Finish the queued work, then stop the thread. Idempotent."""
