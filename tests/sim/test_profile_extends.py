@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from gpufleet.cli.main import main
+from gpufleet.policies.config import overlay
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.grid import GridError, run_grid, spec_from_dict
 from gpufleet.sim.metrics import summarize
 from gpufleet.sim.profile import (
     ProfileError,
     load_profile,
-    overlay,
     profile_from_dict,
     read_profile,
     replay,

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from gpufleet.cli.sim_run import ClusterOpt, JsonOpt, SingleValueCommand, TraceOpt
 from gpufleet.core.model import InvalidSpec
+from gpufleet.policies.config import overlay
 from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.prediction import prediction_error
@@ -27,7 +28,6 @@ from gpufleet.sim.profile import (
     ProfileError,
     default_profile,
     load_profile,
-    overlay,
     profile_from_dict,
     replay,
 )

@@ -64,7 +64,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -261,6 +261,15 @@ class Policy:
             queue_depth=c.ordering.queue_depth,
         )
 
+    def windowed(self, names: tuple[str, ...]) -> Policy:
+        """This policy with the named windows' policies laid over it, in file order
+        (``policies.windows``); the result has no windows of its own."""
+        data = self.config.model_dump(exclude={"windows"})
+        for w in self.config.windows:
+            if w.name in names:
+                data = overlay(data, w.policy)
+        return Policy(PolicyConfig.model_validate(data))
+
     def _preemptor(self) -> Preemptor | None:
         c = self.config
         if not c.preemption.enabled:
@@ -268,6 +277,30 @@ class Policy:
         if c.preemption.plugin == "las":
             return AttainedServiceVictims(c.ordering.las, c.preemption.quantum_s)
         return CheapestVictims()
+
+
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: tables merge, arrays of named tables merge by name."""
+    result = dict(base)
+    for key, value in over.items():
+        under = result.get(key)
+        if isinstance(under, dict) and isinstance(value, dict):
+            result[key] = overlay(under, value)
+        elif _named(under) and _named(value):
+            entries = {entry["name"]: entry for entry in under}
+            for entry in value:
+                entries[entry["name"]] = overlay(entries.get(entry["name"], {}), entry)
+            result[key] = list(entries.values())
+        else:
+            result[key] = value
+    return result
+
+
+def _named(value: object) -> TypeGuard[list[dict[str, Any]]]:
+    """An array of tables that each have a name (a QoS, a partition, an account...)."""
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in value
+    )
 
 
 def _unique(names: Iterable[str], key: str) -> None:

@@ -24,6 +24,9 @@ tiers). Several open windows apply in file order, the later one winning.
 ``Windows`` answers, for a driver's clock, which windows are open and when
 that next changes. It is pure: the driver gives the time origin (the Unix
 time of its time 0) and resolves time-zone names (``zone``).
+``WindowSwitch`` is what both drivers keep: asked at each boundary (and at
+their start), it hands over the policy to put in force when the open set
+changed, built once per set, and records each switch.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -160,3 +163,40 @@ class Windows:
             if self.open(c) != now:
                 return c
         return None
+
+
+R = TypeVar("R")
+
+
+class WindowSwitch(Generic[R]):
+    """The policy in force at a driver's time, switched where the open windows change.
+
+    ``build`` makes the policy of a set of open windows (a driver's own form
+    of it: the simulator's scheduling profile, QoS and partitions, the
+    controller's profile factory with them); each set is built once.
+    ``switches`` lists (time, windows open from then) for every switch.
+    """
+
+    def __init__(self, windows: Windows, build: Callable[[tuple[str, ...]], R]) -> None:
+        self.windows = windows
+        self.build = build
+        self.open_windows: tuple[str, ...] | None = None
+        self.switches: list[tuple[int, tuple[str, ...]]] = []
+        self._built: dict[tuple[str, ...], R] = {}
+
+    def switch(self, t: int) -> R | None:
+        """The policy to put in force at ``t`` when the open windows differ from the last
+        call's (the first call always gives one); None when they do not."""
+        now_open = self.windows.open(t)
+        if now_open == self.open_windows:
+            return None
+        self.open_windows = now_open
+        self.switches.append((t, now_open))
+        policy = self._built.get(now_open)
+        if policy is None:
+            policy = self._built[now_open] = self.build(now_open)
+        return policy
+
+    def next_change(self, t: int) -> int | None:
+        """When a driver at ``t`` must ask again (``Windows.next_change``)."""
+        return self.windows.next_change(t)

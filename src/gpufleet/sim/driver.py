@@ -27,15 +27,16 @@ would decide the same unless the plan says the clock alone may change it
 arrivals only, each sorting after the last job the queue depth let that
 cycle consider (``core.cycle.beyond_cut``).
 
-**Predictions** (``policies.predict``): with a predictor, a job carries
-its runtime estimate from its arrival, and the predictor is told of each
-job when it finishes, so no estimate uses a job that had not finished yet.
-Before a cycle that follows new finishes, the waiting jobs are estimated
-again.
+**Predictions** (``engine.estimates``, as the controller keeps them): with
+a predictor, a job carries its runtime estimate from its arrival, and the
+predictor is told of each job when it finishes, so no estimate uses a job
+that had not finished yet. Before a cycle that follows new finishes, the
+waiting jobs are estimated again.
 
-**Windows** (``policies.windows``): at each time the open windows change,
-the scheduling profile, QoS and partitions switch to that set's
-(``Regime``), and the result lists the switches.
+**Windows** (``policies.windows.WindowSwitch``, as the controller keeps
+them): at each time the open windows change, the scheduling profile, QoS
+and partitions switch to that set's (``Regime``), and the result lists the
+switches.
 
 **Work.** A run lasts the job's remaining work or its time limit, whichever
 is less; a run cut by its limit ends the job as timed out. A run stopped by
@@ -51,9 +52,8 @@ from __future__ import annotations
 import time as wallclock
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -66,9 +66,10 @@ from gpufleet.core.placement import Placer
 from gpufleet.core.plan import Plan
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.engine.book import JobBook, RunEnd, Started
+from gpufleet.engine.estimates import Estimates
 from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.fairshare import FairshareArgs
-from gpufleet.policies.predict import Features, RuntimePredictor, with_estimate
+from gpufleet.policies.windows import WindowSwitch
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces.record import TraceJob
@@ -259,16 +260,6 @@ class Regime:
     partitions: dict[str, Partition]
 
 
-class WindowPlan(Protocol):
-    """Which windows are open when (``policies.windows.Windows``), and their policy."""
-
-    def open(self, t: int) -> tuple[str, ...]: ...
-
-    def next_change(self, t: int) -> int | None: ...
-
-    def regime(self, open_windows: tuple[str, ...]) -> Regime: ...
-
-
 ProgressFn = Callable[[int, int], None]
 """Called with (jobs finished, jobs in all) as the replay advances."""
 
@@ -280,7 +271,7 @@ class Simulation:
     partition (of all nodes) per name the jobs use. ``shares`` maps an
     account to its fairshare shares (its entitlement; 1 when absent).
     ``reservations`` become the snapshot's advance reservations, each
-    starting and ending with an event. ``predictor`` estimates each job's
+    starting and ending with an event. ``estimates`` estimates each job's
     runtime at its arrival; ``windows`` switches the policy by the hour.
     """
 
@@ -299,15 +290,12 @@ class Simulation:
         associations: tuple[Sequence[Account], Sequence[User]] = ((), ()),
         fairshare: FairshareArgs | None = None,
         progress: ProgressFn | None = None,
-        predictor: RuntimePredictor | None = None,
-        windows: WindowPlan | None = None,
+        estimates: Estimates | None = None,
+        windows: WindowSwitch[Regime] | None = None,
     ) -> None:
         self.config = config or SimConfig()
-        self.predictor = predictor
+        self.estimates = estimates
         self.windows = windows
-        self.window_marks: list[tuple[int, tuple[str, ...]]] = []
-        self.learnt = False  # the predictor heard of a finish since the queue was estimated
-        self.open_windows: tuple[str, ...] | None = None
         self.name = name or scheduling.ordering.NAME
         self.sched = scheduling
         self.qos = qos or default_qos(preempt=scheduling.preemption is not None)
@@ -471,7 +459,7 @@ class Simulation:
             capacity_milli=self.state.gpu_milli_installed,
             start=start,
             end=end,
-            windows=self.window_marks,
+            windows=self.windows.switches if self.windows is not None else [],
             alloc_milli_s=self.alloc_area,
             cycles=self.cycles,
             wall_s=wallclock.perf_counter() - started,
@@ -517,8 +505,8 @@ class Simulation:
         match ev.kind:
             case Kind.ARRIVAL:
                 rec = self.records[str(ev.key)]
-                if self.predictor is not None:
-                    rec.job = with_estimate(rec.job, self.predictor, rec.name)
+                if self.estimates is not None:
+                    rec.job = self.estimates.stamp(rec.job, rec.name)
                 self.book.submit(rec.job)
                 self.waiting[rec.job.account] += 1
                 return True
@@ -561,8 +549,9 @@ class Simulation:
     def cycle(self) -> Plan:
         """Run one scheduling cycle now and let the book apply its plan."""
         now = self.now
-        if self.learnt:
-            self._estimate_queue()
+        if self.estimates is not None:
+            for job in self.estimates.revise(self.book, self._name):
+                self.records[job.id].job = job
         snapshot = self.book.snapshot(now)
         plan = run_cycle(snapshot, self.sched, now)
         self.last = snapshot, plan
@@ -594,20 +583,8 @@ class Simulation:
             self.tick_at = self.now + self.config.interval_s
             self.queue.push(self.tick_at, Kind.SCHEDULE, "tick")
 
-    def _estimate_queue(self) -> None:
-        """Estimate every waiting job again with what the predictor has learnt."""
-        assert self.predictor is not None
-        self.learnt = False
-        known: dict[Features, int] = {}
-        for job in list(self.pending.values()):
-            rec = self.records[job.id]
-            f = Features.of(job, rec.name)
-            estimate = known.get(f)
-            if estimate is None:
-                estimate = known[f] = self.predictor.predict(f)
-            if estimate != job.runtime_estimate_s:
-                rec.job = replace(job, runtime_estimate_s=estimate)
-                self.book.revise(rec.job)
+    def _name(self, job_id: str) -> str:
+        return self.records[job_id].name
 
     # -- runs ------------------------------------------------------------------
     def _started(self, rec: JobRecord, started: Started) -> None:
@@ -620,7 +597,7 @@ class Simulation:
         rec.assignments = rec.last_assignments = started.assignments
         if rec.first_start < 0:
             rec.first_start = now
-            if self.predictor is not None:
+            if self.estimates is not None:
                 rec.predicted_s = job.expected_runtime_s
         self.last_start = now
         length = min(rec.remaining, job.time_limit_s)
@@ -662,10 +639,8 @@ class Simulation:
             rec.saved_gpu_s = 0.0
         rec.remaining = max(0, rec.remaining - elapsed)
         self.done += 1
-        if self.predictor is not None:  # learnt now, when the job is known to be over
-            ran = rec.trace.duration_s - rec.remaining
-            self.predictor.observe(Features.of(rec.job, rec.name), ran)
-            self.learnt = True
+        if self.estimates is not None:  # learnt now, when the job is known to be over
+            self.estimates.finished(rec.job, rec.name, rec.trace.duration_s - rec.remaining)
 
     def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
         """A run ended early (preemption or failure): keep the checkpointed work."""
@@ -694,14 +669,11 @@ class Simulation:
     def _switch_windows(self) -> None:
         """Put in force the policy of the windows open now; wake at the next change."""
         assert self.windows is not None
-        now_open = self.windows.open(self.now)
-        if now_open != self.open_windows:
-            self.open_windows = now_open
-            regime = self.windows.regime(now_open)
+        regime = self.windows.switch(self.now)
+        if regime is not None:
             self.sched = regime.scheduling
             self.book.qos = regime.qos
             self.book.partitions = {**self.trace_partitions, **regime.partitions}
-            self.window_marks.append((self.now, now_open))
         change = self.windows.next_change(self.now)
         if change is not None:
             self.queue.push(change, Kind.WINDOW)

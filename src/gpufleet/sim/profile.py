@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
@@ -48,11 +48,12 @@ from gpufleet.core.accounts import Account, User
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
-from gpufleet.policies.config import Policy, PolicyConfig
+from gpufleet.engine.estimates import Estimates
+from gpufleet.policies.config import Policy, PolicyConfig, overlay
 from gpufleet.policies.predict import QuantilePredictor
 from gpufleet.policies.priority import Multifactor
 from gpufleet.policies.validation import first_problem
-from gpufleet.policies.windows import Windows
+from gpufleet.policies.windows import Windows, WindowSwitch
 from gpufleet.sim.driver import (
     ProgressFn,
     Regime,
@@ -110,30 +111,16 @@ class SimProfile:
         return profile_from_dict(data, self.name)
 
 
-class ProfileWindows:
-    """A profile's windows for the driver (``sim.driver.WindowPlan``)."""
+def profile_windows(profile: SimProfile, workload: Sequence[Request]) -> WindowSwitch[Regime]:
+    """A profile's windows for the driver: each set's scheduling profile, QoS and partitions."""
+    origin = profile.config.origin()
+    assert origin is not None  # profile_from_dict insists on one with windows
 
-    def __init__(self, profile: SimProfile, workload: Sequence[Request]) -> None:
-        origin = profile.config.origin()
-        assert origin is not None  # profile_from_dict insists on one with windows
-        self.profile = profile
-        self.workload = workload
-        self.schedule = Windows(profile.policy.config.windows, origin, ZoneInfo)
-        self.regimes: dict[tuple[str, ...], Regime] = {}
+    def regime(open_windows: tuple[str, ...]) -> Regime:
+        p = profile.windowed(open_windows)
+        return Regime(p.build(workload, profile.config.seed), p.qos_table(), p.partitions)
 
-    def open(self, t: int) -> tuple[str, ...]:
-        return self.schedule.open(t)
-
-    def next_change(self, t: int) -> int | None:
-        return self.schedule.next_change(t)
-
-    def regime(self, open_windows: tuple[str, ...]) -> Regime:
-        regime = self.regimes.get(open_windows)
-        if regime is None:
-            p = self.profile.windowed(open_windows)
-            sched = p.build(self.workload, self.profile.config.seed)
-            regime = self.regimes[open_windows] = Regime(sched, p.qos_table(), p.partitions)
-        return regime
+    return WindowSwitch(Windows(profile.policy.config.windows, origin, ZoneInfo), regime)
 
 
 def default_profile() -> SimProfile:
@@ -197,30 +184,6 @@ def _with_bases(
             raise ProfileError(f"{source}: {EXTENDS}: {path}: no such file")
         merged = overlay(merged, _read(path, chain))
     return overlay(merged, data)
-
-
-def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` laid on ``base``: tables merge, arrays of named tables merge by name."""
-    result = dict(base)
-    for key, value in over.items():
-        under = result.get(key)
-        if isinstance(under, dict) and isinstance(value, dict):
-            result[key] = overlay(under, value)
-        elif _named(under) and _named(value):
-            entries = {entry["name"]: entry for entry in under}
-            for entry in value:
-                entries[entry["name"]] = overlay(entries.get(entry["name"], {}), entry)
-            result[key] = list(entries.values())
-        else:
-            result[key] = value
-    return result
-
-
-def _named(value: object) -> TypeGuard[list[dict[str, Any]]]:
-    """An array of tables that each have a name (a QoS, a partition, an account...)."""
-    return isinstance(value, list) and all(
-        isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in value
-    )
 
 
 def profile_from_dict(data: dict[str, Any], name: str) -> SimProfile:
@@ -319,7 +282,7 @@ def replay(
         associations=profile.associations(),
         fairshare=fairshare,
         progress=progress,
-        predictor=QuantilePredictor(predict) if predict is not None else None,
-        windows=ProfileWindows(profile, workload) if profile.policy.config.windows else None,
+        estimates=Estimates(QuantilePredictor(predict)) if predict is not None else None,
+        windows=profile_windows(profile, workload) if profile.policy.config.windows else None,
     )
     return sim.run()
