@@ -43,6 +43,7 @@ from gpufleet.controller.views import (
     NodeOut,
     OutputChunk,
     PartitionOut,
+    PredictionReport,
     QosOut,
     ReservationOut,
     UsageKey,
@@ -320,6 +321,10 @@ class Client:
 
     def fairshare(self) -> list[FairshareRow]:
         return _validate_list(FairshareRow, self._get("/v1/fairshare"))
+
+    def prediction_report(self, *, buckets: int = 10) -> PredictionReport:
+        """The runtime predictor's error over time (operators)."""
+        return PredictionReport.model_validate(self._get("/v1/predict/report", buckets=buckets))
 
     def usage(
         self, *, start: float | None = None, end: float | None = None, by: UsageKey = "user"

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Protocol, cast
 import typer
 from typer.core import TyperOption
 
-from gpufleet.cli import accounting, agent, cluster, jobs, server, token, up
+from gpufleet.cli import accounting, agent, cluster, jobs, predict, server, token, up
 from gpufleet.cli.config import config
 from gpufleet.cli.lazy import LazyGroup
 
@@ -66,6 +66,7 @@ if _display_type_rich is not None:
 
 app.add_typer(config, name="config")
 app.add_typer(token.token, name="token")
+app.add_typer(predict.predict, name="predict")
 app.command("server")(server.server)
 app.command("agent")(agent.agent)
 app.command("up")(up.up)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -53,6 +54,7 @@ from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.controller.alerts import AlertsConfig
 from gpufleet.controller.alerts import problems as alert_problems
+from gpufleet.controller.setup import WindowPolicy
 from gpufleet.core.accounts import ROOT, AccountTree
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
@@ -204,6 +206,8 @@ class ControllerConfig(_Strict):
             key = _policy_key(e.field)
             if not any(p.startswith(f"{key}: ") for p in problems):
                 problems.append(f"{key}: {e.reason}")
+        if policy is not None:
+            problems += _window_problems(policy)
         if problems or policy is None:
             raise ConfigError(source, problems)
         partitions = [p.name for p in self.policy.partitions]
@@ -252,6 +256,11 @@ class Built:
     def profile(self, workload: Sequence[Request] = (), seed: int = 0) -> SchedulingProfile:
         """A new scheduling profile; ``workload`` tunes fragmentation-aware placement."""
         return self.policy.profile(workload, seed)
+
+    def windowed(self, names: tuple[str, ...]) -> WindowPolicy:
+        """What the controller schedules with while the named windows are open."""
+        policy = self.policy.windowed(names)
+        return WindowPolicy(policy.profile, policy.qos, policy.partitions)
 
     def summary(self) -> str:
         """``7 nodes, 40 GPUs, 3 partitions, 3 QoS, 4 accounts, 5 principals``."""
@@ -302,6 +311,26 @@ def _node_problems(groups: Sequence[object], errors: Iterable[ClusterFileError])
         index = (e.index or 1) - 1
         key = "nodes." + entry_label(groups[index], index) + (f".{e.key}" if e.key else "")
         problems.append(f"{key}: {e.reason}")
+    return problems
+
+
+def _window_problems(policy: Policy) -> list[str]:
+    """Each window's time zone is known and its policy, laid over the file's, is valid."""
+    problems = []
+    for w in policy.config.windows:
+        key = f"policy.windows.{w.name}"
+        try:
+            ZoneInfo(w.tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(f"{key}.tz: unknown time zone {w.tz!r}")
+        try:
+            policy.windowed((w.name,))
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            problems.append(f"{key}.policy.{where}: {first['msg']}")
+        except InvalidSpec as e:
+            problems.append(f"{key}.policy.{e.field}: {e.reason}")
     return problems
 
 

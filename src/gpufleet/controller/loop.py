@@ -6,7 +6,9 @@ until ``min_interval_s`` have passed since the previous cycle ended, and at
 least as long as that cycle took (Slurm's ``sched_min_interval`` and
 ``defer``): a flood of submissions then costs a few cycles a second, and
 cycles take at most about half of the interpreter, whatever the queue's
-length. The timer's cycle (``interval_s``) does not wait. The loop reads
+length. The timer's cycle (``interval_s``) does not wait, and neither does
+one at the time ``due()`` names (a policy window's boundary), which comes
+sooner than the timer's when it is nearer. The loop reads
 time and waits only through the controller's ``Clock`` (a manual clock
 never waits).
 """
@@ -36,11 +38,13 @@ class SchedulerLoop:
         interval_s: float,
         *,
         min_interval_s: float = 0.0,
+        due: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._cycle = cycle
         self._clock = clock
         self._interval = interval_s
         self._min_interval = min_interval_s
+        self._due = due
         self._event = threading.Event()
         self._halt = threading.Event()
         self._stopping = False
@@ -65,7 +69,7 @@ class SchedulerLoop:
         gap = 0.0  # the least time from the last cycle's end to an event's cycle
         ended = self._clock.now()
         while not self._stopping:
-            woken = self._clock.wait(self._event, self._interval)
+            woken = self._clock.wait(self._event, self._timeout())
             if woken and gap > 0:
                 # Events arriving meanwhile join this cycle; only stop cuts the wait short.
                 self._clock.wait(self._halt, ended + gap - self._clock.now())
@@ -79,3 +83,10 @@ class SchedulerLoop:
                 log.exception("scheduling cycle failed; retrying on the next event")
             ended = self._clock.now()
             gap = max(self._min_interval, ended - began)
+
+    def _timeout(self) -> float:
+        """How long until the next cycle that no event asks for."""
+        due = self._due()
+        if due is None:
+            return self._interval
+        return max(0.0, min(self._interval, due - self._clock.now()))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 from gpufleet.controller import fairshare
@@ -60,6 +60,24 @@ class SchedulerMetrics:
             registry=None,
         )
 
+        self.window_open = Gauge(
+            "gpufleet_policy_window_open",
+            "1 for each policy window in force, 0 for each other one the policy names.",
+            ["window"],
+            registry=None,
+        )
+        self.window_switches = Counter(
+            "gpufleet_policy_window_switches",
+            "Times the policy in force changed at a window boundary.",
+            registry=None,
+        )
+
+    def windows(self, names: Iterable[str], open_now: Iterable[str]) -> None:
+        """Record which of the windows ``names`` are open."""
+        now = set(open_now)
+        for name in names:
+            self.window_open.labels(name).set(1 if name in now else 0)
+
     def partitions(self, names: Iterable[str]) -> None:
         """Start the per-partition counters of ``names`` at 0, so that their series exist
         (and a first increase is seen) before anything happens in a partition."""
@@ -91,6 +109,8 @@ class SchedulerMetrics:
             self.backfilled,
             self.preempted,
             self.requeued,
+            self.window_open,
+            self.window_switches,
         ):
             yield from metric.collect()
 

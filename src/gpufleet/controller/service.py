@@ -32,6 +32,16 @@ scheduling profile from the window when the mix has drifted by
 at most once every ``PROFILE_MIN_S`` seconds, so a steady mix never costs a
 rebuild and a sudden change is followed within a minute. With no
 submission yet, ``core.workload.TYPICAL`` stands in.
+
+Runtime prediction and policy windows run through the same pure code as in
+the simulator. With ``[policy.predict]`` an ``engine.Estimates`` is trained
+on start from the store's finished jobs in the order they ended, learns
+from each job that ends by itself (the length of the run that ended it),
+stamps each job it queues and re-estimates the queue before a cycle after
+new finishes. With ``[[policy.windows]]`` a ``WindowSwitch`` on Unix time
+gives the policy in force; the loop runs a cycle at each boundary, and a
+switch is logged, audited (``policy.window``) and shown by
+``gpufleet_policy_window_open``.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import sqlalchemy as sa
@@ -106,7 +117,7 @@ from gpufleet.controller.live import (
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.metrics import Observation, SchedulerMetrics, observe
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
-from gpufleet.controller.setup import ControllerSetup
+from gpufleet.controller.setup import ControllerSetup, ProfileFactory, WindowPolicy
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
     AccountOut,
@@ -118,6 +129,7 @@ from gpufleet.controller.views import (
     NodeOut,
     OutputChunk,
     PartitionOut,
+    PredictionReport,
     QosOut,
     ReservationOut,
     TokenCreated,
@@ -127,12 +139,16 @@ from gpufleet.controller.views import (
 )
 from gpufleet.core.accounts import AccountTree
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
-from gpufleet.core.job import JobState, PreemptMode, RunningJob, gpu_milli_equivalent
+from gpufleet.core.job import Job, JobState, PreemptMode, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Node, Request
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.core.workload import WorkloadWindow, or_typical
 from gpufleet.engine.book import JobBook, Signalled
+from gpufleet.engine.estimates import Estimates
+from gpufleet.policies import prediction_error
 from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.predict import Features, QuantilePredictor
+from gpufleet.policies.windows import Windows, WindowSwitch
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -141,6 +157,8 @@ PROFILE_DRIFT = 0.1
 """How far the submissions' mix must move before the placement profile is rebuilt."""
 PROFILE_MIN_S = 30.0
 """The least time between two rebuilds of the placement profile."""
+MAX_BUCKETS = 1000
+"""The most slices a prediction report splits the jobs into."""
 USAGE_KEYS = ("user", "account", "partition", "qos")
 BULK_TASKS = 1000
 """An array of this many tasks or more is built and committed with the collector paused."""
@@ -148,6 +166,8 @@ MAX_SHAPES = 10_000
 """Distinct requests remembered for sharing; past this the memory starts again."""
 CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
+LEARNT_STATES = ("COMPLETED", "FAILED", "TIMEOUT")
+"""How a job ends by itself: the runtime predictor learns from these, not from cancels."""
 HEALTH_DRAIN = "health: "
 """How a drain by the node's own health checks begins its reason (they may lift it)."""
 
@@ -236,6 +256,10 @@ class Controller:
         self._profile: SchedulingProfile | None = None
         self._profile_at = -math.inf
         self._estimated: set[str] = set()  # jobs the last plan gave an expected start
+        self._estimates: Estimates | None = None
+        self._windows: WindowSwitch[WindowPolicy] | None = None
+        self._factory: ProfileFactory = setup.profile_factory
+        self._next_switch: float | None = None  # the next window boundary
         self._loop: SchedulerLoop | None = None
         self._started = False
         self._derive()
@@ -270,6 +294,7 @@ class Controller:
                     self.clock,
                     self.setup.interval_s,
                     min_interval_s=self.setup.sched_min_interval_s,
+                    due=lambda: self._next_switch,
                 )
                 self._loop.start()
 
@@ -834,6 +859,27 @@ class Controller:
             out = [r for r in out if r.user in (None, principal.user)]
         return out
 
+    def prediction_report(self, *, principal: Principal, buckets: int = 10) -> PredictionReport:
+        """The runtime predictor's error over time (operators): each finished job's estimate
+        at its first start, rebuilt from the store (``policies.prediction_error``), against
+        the run that ended it, per bucket of submit time.
+
+        Conflict without ``[policy.predict]`` or before any job has ended by itself.
+        """
+        _require(principal, "operator")
+        if not 1 <= buckets <= MAX_BUCKETS:
+            raise Invalid("query.buckets", f"must be 1..{MAX_BUCKETS}, got {buckets}")
+        if self.setup.predict is None:
+            raise Conflict("the policy has no [policy.predict] table: nothing is predicted")
+        with self.store.read() as conn:
+            jobs = _finished_jobs(conn)
+        if not jobs:
+            raise Conflict("no job has ended by itself yet: there is nothing to compare")
+        outcomes = prediction_error.first_estimates(jobs, QuantilePredictor(self.setup.predict))
+        start = min(o.submit for o in outcomes)
+        report = prediction_error.prediction_error(outcomes, start, buckets)
+        return PredictionReport(start=start, **report)
+
     def observe(self) -> Observation:
         """The queue, nodes, GPU holders and fairshare as ``/metrics`` reports them: read
         from memory under the lock, never from the store. The route checks the role."""
@@ -1339,8 +1385,19 @@ class Controller:
             setup.accounts, setup.fairshare or FairshareArgs(), setup.qos, setup.priority_calc_s
         )
         self.book = JobBook(
-            nodes, setup.qos, setup.partitions, ledger=ledger, reservations=setup.reservations
+            nodes,
+            setup.qos,
+            setup.partitions,
+            ledger=ledger,
+            reservations=setup.reservations,
+            estimates=setup.predict is not None and setup.predict.backfill,
         )
+        self._estimates = self._trained() if setup.predict is not None else None
+        self._factory = setup.profile_factory
+        self._windows = self._next_switch = None
+        if setup.windows and setup.window_policy is not None:
+            self._windows = WindowSwitch(Windows(setup.windows, 0, ZoneInfo), setup.window_policy)
+            self._switch_windows(int(now), [])
         if ledger is not None:
             with self.store.read() as conn:
                 fairshare.rebuild(conn, ledger, self.book.state, int(now))
@@ -1378,9 +1435,11 @@ class Controller:
                 )
             )
         start = int(job.start_time or 0)
-        running = replace(job.job(), state=JobState.RUNNING, start_time=start)
+        running = replace(self._stamped(job), state=JobState.RUNNING, start_time=start)
         signal = None
-        expected_end = start + job.time_limit_s
+        expected_end = start + (
+            running.expected_runtime_s if self.book.estimates else job.time_limit_s
+        )
         kill = job.kill
         if job.cleanup:
             # Ended, not yet confirmed gone: the room stays held for no one.
@@ -1469,11 +1528,16 @@ class Controller:
         statements: list[sa.Executable] = []
         self._expire_nodes(now, changes, statements)
         self._backstop(now, changes)
+        if self._windows is not None:
+            self._switch_windows(inow, statements)
         self._sync_queue(inow)
+        if self._estimates is not None:
+            for job in self._estimates.revise(self.book, self._job_name):
+                self._jobs[job.id].core = job
         if self._profile is None or (
             now - self._profile_at >= PROFILE_MIN_S and self._window.drift() >= PROFILE_DRIFT
         ):
-            self._profile = self.setup.profile_factory(or_typical(self._window.mark()))
+            self._profile = self._factory(or_typical(self._window.mark()))
             self._profile_at = now
         plan = run_cycle(self.book.snapshot(inow), self._profile, inow)
         effects = self.book.apply(plan, inow)
@@ -1515,6 +1579,60 @@ class Controller:
             started=[self._live(s.job_id).partition for s in effects.started],
             preempted=[self._live(p.job_id).partition for p in plan.preemptions],
         )
+
+    def _switch_windows(self, now: int, statements: list[sa.Executable]) -> None:
+        """Put in force the policy of the windows open at ``now`` if they changed; the
+        switch is logged, audited (in ``statements``, or at once with none) and shown
+        in the metrics."""
+        assert self._windows is not None
+        policy = self._windows.switch(now)
+        self._next_switch = self._windows.next_change(now)
+        if policy is None:
+            return
+        first = len(self._windows.switches) == 1
+        open_now = self._windows.open_windows or ()
+        self._factory = policy.profile_factory
+        self._profile = None
+        self.book.qos = policy.qos
+        self.book.partitions = policy.partitions
+        self.metrics.windows((w.name for w in self.setup.windows), open_now)
+        names = ", ".join(open_now) or "none"
+        log.info("policy windows open: %s (next change at %s)", names, self._next_switch)
+        if first:
+            return  # the policy the controller starts with: no switch
+        self.metrics.window_switches.inc()
+        statements.append(
+            t.audit.insert().values(
+                time=float(now),
+                who="scheduler",
+                action="policy.window",
+                target=names,
+                detail={"open": list(open_now), "next_change": self._next_switch},
+            )
+        )
+
+    def _stamped(self, job: LiveJob) -> Job:
+        """The core job of ``job``, with its runtime estimate when the controller predicts."""
+        if self._estimates is not None:
+            job.core = self._estimates.stamp(job.job(), job.name)
+        return job.job()
+
+    def _job_name(self, job_id: str) -> str:
+        return self._jobs[job_id].name
+
+    def _trained(self) -> Estimates:
+        """A predictor told of every finished job in the store, in the order they ended."""
+        assert self.setup.predict is not None
+        estimates = Estimates(QuantilePredictor(self.setup.predict))
+        with self.store.read() as conn:
+            for job in _finished_jobs(conn):
+                estimates.predictor.observe(job.features, job.ran_s)
+        return estimates
+
+    def _learn(self, live: LiveJob, now: float) -> None:
+        """``live`` ended by itself now: the predictor learns the length of its run."""
+        if self._estimates is not None and live.start_time is not None:
+            self._estimates.finished(live.job(), live.name, int(now - live.start_time))
 
     def _commit(self, changes: list[Change], statements: Sequence[sa.Executable] = ()) -> None:
         """Persist every change (and ``statements``) in one transaction, then apply the
@@ -1628,6 +1746,8 @@ class Controller:
             )
         else:
             row.update(state=final, end_time=now, reason=message)
+            if final in LEARNT_STATES:
+                self._learn(live, now)
         end = {
             "job": live.pk,
             "run": live.run,
@@ -1824,7 +1944,7 @@ class Controller:
                 if job.job_id in pending:
                     self.book.withdraw(job.job_id)
             elif job.job_id not in pending:
-                self.book.submit(job.job(), runs=job.run)
+                self.book.submit(self._stamped(job), runs=job.run)
 
     def _node_named(self, name: str) -> Node | None:
         info = self._nodes.get(name)
@@ -2438,6 +2558,44 @@ class Change:
     runs: list[dict[str, Any]] = field(default_factory=list)
     ends: list[dict[str, Any]] = field(default_factory=list)
     after: Callable[[LiveJob], None] = lambda job: None
+
+
+def _finished_jobs(conn: sa.Connection) -> list[prediction_error.Finished]:
+    """The jobs that ended by themselves, in the order they ended, each with the run that
+    ended it and its first start."""
+    runs = t.job_runs
+    first = (
+        sa.select(runs.c.job, sa.func.min(runs.c.start_time).label("first_start"))
+        .group_by(runs.c.job)
+        .subquery()
+    )
+    rows = conn.execute(
+        sa.select(
+            t.jobs.c.user,
+            t.jobs.c.account,
+            t.jobs.c.name,
+            t.jobs.c.submit_time,
+            t.jobs.c.time_limit_s,
+            runs.c.gpu_milli,
+            runs.c.start_time,
+            runs.c.end_time,
+            first.c.first_start,
+        )
+        .join(runs, (runs.c.job == t.jobs.c.id) & (runs.c.run == t.jobs.c.run))
+        .join(first, first.c.job == t.jobs.c.id)
+        .where(t.jobs.c.state.in_(LEARNT_STATES), runs.c.end_time.is_not(None))
+        .order_by(runs.c.end_time, t.jobs.c.id)
+    )
+    return [
+        prediction_error.Finished(
+            Features(r.user, r.account, r.name, r.gpu_milli / 1000, r.time_limit_s),
+            submit=int(r.submit_time),
+            first_start=int(r.first_start),
+            end=int(r.end_time),
+            ran_s=int(r.end_time - r.start_time),
+        )
+        for r in rows
+    ]
 
 
 def _held(running: Sequence[RunRef]) -> frozenset[tuple[str, int]]:

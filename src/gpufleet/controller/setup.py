@@ -16,12 +16,23 @@ from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import Node, Request
 from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.predict import PredictArgs
+from gpufleet.policies.windows import WindowConfig
 
 if TYPE_CHECKING:
     from gpufleet.controller.config import Built
 
 ProfileFactory = Callable[[Sequence[Request]], SchedulingProfile]
 """Builds a fresh scheduling profile for a workload (recent requests, for fgd/default)."""
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """What the controller schedules with while a set of policy windows is open."""
+
+    profile_factory: ProfileFactory
+    qos: Mapping[str, QoS]
+    partitions: Mapping[str, Partition]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,10 @@ class ControllerSetup:
     before it ends the job itself (the run's resources stay held until the
     agent confirms the run is gone or its node is down).
     ``default_stdout`` is the output pattern of a job that names none, and
-    of an array task.
+    of an array task. With ``predict`` the controller trains a runtime
+    predictor from the store and stamps pending jobs with its estimates
+    (``engine.estimates``); with ``windows`` it switches to
+    ``window_policy(open windows)`` at each window boundary.
     """
 
     profile_factory: ProfileFactory
@@ -88,6 +102,9 @@ class ControllerSetup:
     output_read_limit: int = 1 << 20
     fairshare: FairshareArgs | None = None
     priority_calc_s: int = 300
+    predict: PredictArgs | None = None
+    windows: Sequence[WindowConfig] = ()
+    window_policy: Callable[[tuple[str, ...]], WindowPolicy] | None = None
     document: Mapping[str, Any] | None = None
     """The configuration document this setup was built from (the effective config at start)."""
     validate_config: Callable[[dict[str, Any]], None] | None = None
@@ -132,6 +149,9 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         default_stdout=(server.default_stdout, server.default_array_stdout),
         fairshare=ordering.multifactor.fairshare,
         priority_calc_s=server.priority_calc_s,
+        predict=built.policy.config.predict,
+        windows=built.policy.config.windows,
+        window_policy=built.windowed,
         document=document,
         reconfigure=rebuild_setup if document is not None else None,
     )

@@ -110,6 +110,28 @@ class FairshareRow(BaseModel):
     factor: float | None = Field(None, description="the user's fairshare factor in [0, 1]")
 
 
+class ErrorFigures(BaseModel):
+    """How far runtime estimates were off for the jobs submitted in a span of time
+    (``policies.prediction_error``); times in seconds from the first job's submission."""
+
+    from_s: int
+    to_s: int
+    jobs: int
+    mae_s: float = Field(description="mean absolute error of the estimates")
+    median_error_pct: float = Field(description="median error as a share of the runtime")
+    under_pct: float = Field(description="estimates shorter than the runtime")
+    limit_mae_s: float = Field(description="the time limits' mean absolute error")
+    limit_median_error_pct: float = Field(description="the limits' median relative error")
+
+
+class PredictionReport(BaseModel):
+    """The runtime predictor's error overall and per bucket of submit time."""
+
+    start: float = Field(description="Unix time of the first job's submission")
+    overall: ErrorFigures
+    buckets: list[ErrorFigures]
+
+
 class UsageRow(BaseModel):
     """GPU-hours one key (a user, account, partition or QoS) used over a time range."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.sim.traces.record import TraceJob
-from gpufleet.sim.traces.synthetic import WorkloadShape, generate
+from gpufleet.sim.traces.synthetic import LIMIT_LADDER_H, WorkloadShape, generate
 
 
 def test_scripts_repeat_with_their_typical_duration() -> None:
@@ -49,3 +49,44 @@ def test_limits_overestimate_within_the_range(low: float, high: float) -> None:
 def test_the_overestimate_range_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="limit_overestimate_min: must not exceed"):
         WorkloadShape(limit_overestimate_min=5, limit_overestimate=2)
+
+
+HABITS = WorkloadShape(
+    scripts=3, users=20, limit_habits=True, limit_overestimate_min=2, limit_overestimate=10
+)
+
+
+def test_habit_limits_are_round_and_cover_the_run() -> None:
+    ladder = {h * 3600 for h in LIMIT_LADDER_H}
+    for j in generate(2000, seed=5, gpus_total=64, shape=HABITS):
+        assert j.time_limit_s is not None
+        assert j.time_limit_s in ladder  # runtimes are clipped to 7 days, the last rung
+        assert j.time_limit_s >= j.duration_s
+
+
+def test_a_user_asks_the_same_limit_for_the_same_script_and_size() -> None:
+    limits: dict[tuple[str, str, float], set[int | None]] = {}
+    for j in generate(2000, seed=5, gpus_total=64, shape=HABITS):
+        limits.setdefault((j.user, j.labels["name"], j.request.gpus), set()).add(j.time_limit_s)
+    # one limit per script and size, but for the rare run whose jitter outgrows it
+    assert sum(len(v) == 1 for v in limits.values()) / len(limits) > 0.9
+
+
+def test_fixed_limit_users_ask_one_limit_for_everything() -> None:
+    shape = HABITS.model_copy(update={"limit_fixed_share": 1.0})
+    limits: dict[str, set[int | None]] = {}
+    for j in generate(2000, seed=5, gpus_total=64, shape=shape):
+        limits.setdefault(j.user, set()).add(j.time_limit_s)
+    assert all(len(v) == 1 for v in limits.values())
+
+
+def test_habit_limits_rank_jobs_worse_than_per_job_limits() -> None:
+    def rank_agreement(shape: WorkloadShape) -> float:
+        jobs = generate(2000, seed=5, gpus_total=64, shape=shape)
+        pairs = zip(jobs[::2], jobs[1::2], strict=False)
+        same = [(a.duration_s < b.duration_s) == ((a.time_limit_s or 0) < (b.time_limit_s or 0))
+                for a, b in pairs if a.time_limit_s != b.time_limit_s]
+        return sum(same) / len(same)
+
+    per_job = HABITS.model_copy(update={"limit_habits": False})
+    assert rank_agreement(HABITS) < rank_agreement(per_job)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from gpufleet.api.auth import ControllerDep, User
 from gpufleet.controller.views import (
     AccountOut,
     FairshareRow,
     PartitionOut,
+    PredictionReport,
     QosOut,
     ReservationOut,
 )
@@ -44,3 +47,14 @@ def reservations(who: User, controller: ControllerDep) -> list[ReservationOut]:
 def fairshare(who: User, controller: ControllerDep) -> list[FairshareRow]:
     """Shares, decayed usage and fairshare factor, in tree order."""
     return controller.fairshare(principal=who)
+
+
+@router.get("/predict/report", summary="The runtime predictor's error over time")
+def predict_report(
+    who: User,
+    controller: ControllerDep,
+    buckets: Annotated[int, Query(description="slices of the jobs by submit time")] = 10,
+) -> PredictionReport:
+    """Each finished job's estimate at its first start against its runtime, and the time
+    limit's, overall and per bucket of submit time (operators)."""
+    return controller.prediction_report(principal=who, buckets=buckets)

@@ -31,6 +31,17 @@ once with numpy (100,000 jobs take well under a second to draw):
   rounds up to an hour, and a
   checkpoint every ``checkpoint_interval_s`` for ``checkpoint_share`` of
   the jobs that run longer than that.
+* **Limit habits** (``limit_habits``): users do not size each limit to its
+  job. Each user overestimates by one factor of their own, drawn once from
+  the same range, and asks for a round value from ``LIMIT_LADDER_H``
+  (1, 2, 4, 8, 12, 24, 48, 72 or 168 hours, the values sites see most),
+  the smallest that covers that factor times what the job is expected to
+  run: its script's typical duration grown with its GPUs (the same line in
+  the same batch script, whatever this run's jitter), or its own duration
+  without scripts. A share ``limit_fixed_share`` of users keeps one limit
+  for everything, the one their longest script needs. Such limits rank
+  jobs only coarsely (most short jobs ask for the same hour or two), as
+  limits in Slurm and Philly logs do.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -57,6 +68,9 @@ FloatArray = NDArray[np.float64]
 MAX_JOBS = 1_000_000
 """The most jobs one call generates: every job is drawn at once, so a typo of a
 few zeros would otherwise ask numpy for terabytes."""
+
+LIMIT_LADDER_H = (1, 2, 4, 8, 12, 24, 48, 72, 168)
+"""The round time limits (hours) users with limit habits pick from."""
 
 DEFAULT_SIZE_MIX: dict[float, float] = {
     0.25: 0.08,
@@ -92,6 +106,8 @@ class WorkloadShape(BaseModel):
     )
     limit_overestimate: float = Field(4.0, ge=1)
     limit_overestimate_min: float = Field(1.0, ge=1)
+    limit_habits: bool = False
+    limit_fixed_share: float = Field(0.25, ge=0, le=1)
     scripts: int = Field(0, ge=0)
     script_jitter: float = Field(0.1, ge=0, lt=1)
     checkpoint_interval_s: int = Field(1800, gt=0)
@@ -189,6 +205,7 @@ def generate(
     )
     factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, size=n_jobs)
     script = np.full(n_jobs, -1, dtype=np.int64)
+    expected = durations.astype(np.float64)  # what a user expects a job to run
     if shape.scripts:  # drawn only then, so the other workloads stay as they were
         script = rng.integers(shape.scripts, size=n_jobs)
         typical = shape.duration_median_s * np.exp(
@@ -196,12 +213,16 @@ def generate(
         )
         jitter = rng.uniform(1 - shape.script_jitter, 1 + shape.script_jitter, size=n_jobs)
         raw = typical[users, script] * np.maximum(gpus, 1.0) ** shape.size_duration_exponent
+        expected = np.clip(raw, shape.min_duration_s, shape.max_duration_s)
         was = float(np.mean(gpus * durations))
         durations = np.clip(np.rint(raw * jitter), shape.min_duration_s, shape.max_duration_s)
         durations = durations.astype(np.int64)
         # The same Poisson arrivals at the rate that keeps the offered load.
         submits = np.floor(submits * float(np.mean(gpus * durations)) / was).astype(np.int64)
-    limits = (np.ceil(durations * factor / 3600) * 3600).astype(np.int64)
+    if shape.limit_habits:
+        limits = _habit_limits(rng, shape, users, durations, expected)
+    else:
+        limits = (np.ceil(durations * factor / 3600) * 3600).astype(np.int64)
     checkpoints = (durations > shape.checkpoint_interval_s) & (
         rng.random(n_jobs) < shape.checkpoint_share
     )
@@ -314,6 +335,29 @@ def _mig_request(profile: str, shape: WorkloadShape) -> Request:
         cpu_milli=shape.cpu_milli_per_gpu * slices // COMPUTE_SLICES,
         memory_mib=shape.memory_mib_per_gpu * slices // COMPUTE_SLICES,
     )
+
+
+def _habit_limits(
+    rng: np.random.Generator,
+    shape: WorkloadShape,
+    users: NDArray[np.int64],
+    durations: NDArray[np.int64],
+    expected: FloatArray,
+) -> NDArray[np.int64]:
+    """Round limits from each user's habits (see the module docstring), never below the
+    job's duration: a job its limit would cut short is not what a user resubmits."""
+    factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, shape.users)
+    fixed = rng.random(shape.users) < shape.limit_fixed_share
+    ladder = np.array(LIMIT_LADDER_H, dtype=np.float64) * 3600
+    need = factor[users] * expected
+    # A fixed-limit user asks for what their most demanding job needs, for every job.
+    most = np.zeros(shape.users)
+    np.maximum.at(most, users, need)
+    need = np.where(fixed[users], most[users], need)
+    need = np.maximum(need, durations)
+    rung = np.minimum(np.searchsorted(ladder, need), len(ladder) - 1)
+    limits: NDArray[np.int64] = np.maximum(ladder[rung], durations).astype(np.int64)
+    return limits
 
 
 def _normalised(weights: list[float]) -> FloatArray:
