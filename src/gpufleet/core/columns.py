@@ -8,12 +8,17 @@ extracted from it once, not once per cycle. A changed job is a new object
 and gets a new row, so nothing stale is ever read. Rows hold a reference to
 their object, so an identity cannot be reused while its row lives; once
 rows outnumber twice the sequence, the columns start afresh.
+
+A sequence that is an ``Entries`` view of a ``Log`` (the job book's queue)
+is found without looking at its objects: its entries' positions in the log
+map to rows, and only entries not seen before are looked at, so a cycle
+over a deep queue does no Python work per queued job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +26,81 @@ import numpy.typing as npt
 from gpufleet.core.state import IntArray
 
 T = TypeVar("T")
+
+
+class Log(Generic[T]):
+    """Objects by key in the order they were added, kept as an append-only list.
+
+    Adding an object under a key already held replaces it at the end. A
+    view (``entries``) shares the list, which only grows, so it stays valid
+    however the log changes later; once dead entries outnumber the live ones
+    the log starts a fresh list.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[T] = []
+        self._live = np.zeros(0, dtype=np.bool_)
+        self._at: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, key: Hashable, obj: T) -> None:
+        self.discard(key)
+        if len(self._items) > 2 * len(self._at) + 1024:
+            self._compact()
+        n = len(self._items)
+        if n == len(self._live):
+            self._live = np.concatenate([self._live, np.zeros(max(n, 64), dtype=np.bool_)])
+        self._items.append(obj)
+        self._live[n] = True
+        self._at[key] = n
+
+    def discard(self, key: Hashable) -> None:
+        at = self._at.pop(key, None)
+        if at is not None:
+            self._live[at] = False
+
+    def _compact(self) -> None:
+        keep = sorted(self._at.items(), key=lambda kv: kv[1])
+        self._items = [self._items[at] for _, at in keep]
+        self._live = np.zeros(max(2 * len(keep), 64), dtype=np.bool_)
+        self._live[: len(keep)] = True
+        self._at = {key: i for i, (key, _) in enumerate(keep)}
+
+    def entries(self) -> Entries[T]:
+        """The live objects in order, as they are now."""
+        return Entries(self._items, np.flatnonzero(self._live[: len(self._items)]))
+
+
+class Entries(Sequence[T]):
+    """Some objects of a ``Log``'s list, by their positions there (``Log.entries``)."""
+
+    def __init__(self, items: list[T], positions: IntArray) -> None:
+        self.items = items
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Entries[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | Entries[T]:
+        if isinstance(i, slice):
+            return Entries(self.items, self.positions[i])
+        return self.items[int(self.positions[i])]
+
+    def __iter__(self) -> Iterator[T]:
+        items = self.items
+        return (items[p] for p in self.positions.tolist())
+
+    def take(self, indices: IntArray) -> Entries[T]:
+        """The entries at ``indices`` of this view."""
+        return Entries(self.items, self.positions[indices])
 
 
 class Rows(Generic[T]):
@@ -35,11 +115,37 @@ class Rows(Generic[T]):
         self._at = np.zeros(0, dtype=np.int64)  # the row of each sorted id
         self._values: dict[str, npt.NDArray[Any]] = {}
         self._codes: dict[str, tuple[dict[Hashable, int], list[Any], IntArray]] = {}
+        self._log: list[T] | None = None  # the log list ``_log_rows`` maps (Entries.items)
+        self._log_rows = np.zeros(0, dtype=np.int64)  # the row of each log position; -1: none
 
     def rows(self, objects: Sequence[T]) -> IntArray:
         """The row of each object, adding rows (in order of appearance) for new ones."""
         if len(self.objects) > 2 * len(objects) + 1024:
             self._reset()
+        if isinstance(objects, Entries):
+            return self._entry_rows(objects)
+        return self._identity_rows(objects)
+
+    def _entry_rows(self, entries: Entries[T]) -> IntArray:
+        """Rows of a log's entries: by position, looking only at positions not mapped yet."""
+        if self._log is not entries.items:
+            self._log, self._log_rows = entries.items, np.zeros(0, dtype=np.int64)
+        pos = entries.positions
+        size = len(entries.items)
+        if len(self._log_rows) < size:
+            grown = np.full(max(size, 2 * len(self._log_rows)), -1, dtype=np.int64)
+            grown[: len(self._log_rows)] = self._log_rows
+            self._log_rows = grown
+        out = self._log_rows[pos]
+        miss = np.flatnonzero(out < 0)
+        if len(miss):
+            items = entries.items
+            found = self._identity_rows([items[p] for p in pos[miss].tolist()])
+            self._log_rows[pos[miss]] = found
+            out[miss] = found
+        return out
+
+    def _identity_rows(self, objects: Sequence[T]) -> IntArray:
         ids = np.fromiter(map(id, objects), dtype=np.uint64, count=len(objects))
         pos = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
         hit = self._ids[pos] == ids if len(self._ids) else np.zeros(len(ids), dtype=np.bool_)

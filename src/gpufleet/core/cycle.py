@@ -54,7 +54,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from gpufleet.core.columns import Rows
+from gpufleet.core.columns import Entries, Rows
 from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Request
@@ -112,6 +112,13 @@ NodeChoice = tuple[tuple[str, ...], tuple[str, ...], str]
 
 def _has_deps(job: Job) -> bool:
     return bool(job.dependencies)
+
+
+def _subset(jobs: Sequence[Job], indices: IntArray) -> Sequence[Job]:
+    """The jobs at ``indices``; a log's view stays one (``core.columns.Entries``)."""
+    if isinstance(jobs, Entries):
+        return jobs.take(indices)
+    return [jobs[i] for i in indices.tolist()]
 
 
 @dataclass
@@ -223,19 +230,44 @@ def queue_order(
     """
     if submit is None:
         submit = np.fromiter((j.submit_time for j in pending), dtype=np.int64, count=len(pending))
+    if first and 2 * first < len(pending):
+        # Only jobs that may sort among the first few are sorted: those of a higher priority
+        # than the first-th's, and of its priority those submitted no later than its.
+        chosen = _leading(priorities, submit, first)
+        inner = _sorted(priorities[chosen], _subset(pending, chosen), submit[chosen], first)
+        return [int(chosen[i]) for i in inner]
+    return _sorted(priorities, pending, submit, first)
+
+
+def _sorted(
+    priorities: FloatArray, pending: Sequence[Job], submit: IntArray, first: int
+) -> list[int]:
+    """``queue_order`` by sorting every job."""
     order = np.lexsort((submit, -priorities))
     p, t = priorities[order], submit[order]
     # Equal priority and submit time are rare: sort just those runs by id.
     same = np.flatnonzero((p[1:] == p[:-1]) & (t[1:] == t[:-1]))
     cut = min(first, len(order)) if first else len(order)
-    same = same[same < cut]  # a run that starts before the cut is sorted whole
-    result: list[int] = order[: max(cut, int(same[-1]) + 2 if len(same) else 0)].tolist()
-    if len(same):
-        runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1)
-        for run in runs:
-            lo, hi = int(run[0]), int(run[-1]) + 2
-            result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
+    runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1) if len(same) else []
+    runs = [run for run in runs if run[0] < cut]  # a run that starts before the cut, whole
+    result: list[int] = order[: max(cut, int(runs[-1][-1]) + 2 if runs else 0)].tolist()
+    for run in runs:
+        lo, hi = int(run[0]), int(run[-1]) + 2
+        result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
     return result[:cut]
+
+
+def _leading(priorities: FloatArray, submit: IntArray, first: int) -> IntArray:
+    """Indices of a superset of the ``first`` jobs by (priority desc, submit), ties included."""
+    neg = -priorities
+    kth = np.partition(neg, first - 1)[first - 1]
+    ahead = np.flatnonzero(neg < kth)
+    tied = np.flatnonzero(neg == kth)
+    need = first - len(ahead)
+    if len(tied) > need:
+        at = submit[tied]
+        tied = tied[at <= np.partition(at, need - 1)[need - 1]]
+    return np.concatenate([ahead, tied])
 
 
 CALM = 8
@@ -322,24 +354,25 @@ class _Cycle:
     def run(self) -> Plan:
         s, plan, table = self.s, self.plan, self.p.cache.pending
         rows = table.rows(s.pending)
-        static = self._static_reasons(QueueView(table, rows))
-        for i in np.flatnonzero(static != "").tolist():
-            plan.reasons[s.pending[i].id] = static[i]
-        keep = np.flatnonzero(static == "")
-        if len(keep) == len(s.pending):
-            candidates = s.pending
+        stopped, reasons = self._static_reasons(QueueView(table, rows))
+        if len(stopped):
+            ids = table.values("id", attrgetter("id"), object)[rows[stopped]]
+            plan.reasons.update(zip(ids.tolist(), reasons, strict=True))
+            keep = np.setdiff1d(np.arange(len(rows)), stopped, assume_unique=True)
+            rows = rows[keep]
+            candidates = _subset(s.pending, keep)
         else:
-            candidates = [s.pending[i] for i in keep.tolist()]
+            candidates = s.pending
         if candidates:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
-            submit = table.values("submit_time", attrgetter("submit_time"))[rows[keep]]
+            submit = table.values("submit_time", attrgetter("submit_time"))[rows]
             depth = self.p.queue_depth
             order = queue_order(prio, candidates, submit, depth)
             if depth and len(candidates) > depth:
                 plan.stats["beyond_depth"] = float(len(candidates) - depth)
                 last = order[-1]
                 plan.cut = (-float(prio[last]), int(submit[last]), candidates[last].id)
-            self._walk(rows[keep][order])
+            self._walk(rows[order])
         plan.clocked = plan.clocked or self.p.clocked()
         plan.stats.update(
             tested=float(self.tested),
@@ -350,25 +383,32 @@ class _Cycle:
         )
         return plan
 
-    def _static_reasons(self, queue: QueueView) -> ObjectArray:
-        """Held, unknown QoS or partition, not yet at its begin time, or waiting on a job
-        still queued or running."""
+    def _static_reasons(self, queue: QueueView) -> tuple[IntArray, list[str]]:
+        """The jobs held, of an unknown QoS or partition, not yet at their begin time, or
+        waiting on a job still queued or running (positions in ``queue``), and each one's
+        reason, in that precedence."""
         s = self.s
-        reasons = np.full(len(queue), "", dtype=object)
         jobs = self.p.cache.pending.objects
+        dependent = np.zeros(len(queue), dtype=np.bool_)
         deps = np.flatnonzero(
             queue.table.values("has_dependencies", _has_deps, np.bool_)[queue.rows]
         )
         if len(deps):
             in_queue = {j.id for j in s.pending} | {r.job.id for r in s.running}
-            for i in deps:
-                if any(d in in_queue for d in jobs[queue.rows[i]].dependencies):
-                    reasons[i] = DEPENDENCY
-        reasons[queue.column("begin_time") > self.now] = BEGIN_TIME
-        reasons[~_known(queue, "partition", s.partitions)] = INVALID_PARTITION
-        reasons[~_known(queue, "qos", s.qos)] = INVALID_QOS
-        reasons[queue.column("hold", np.bool_)] = HELD
-        return reasons
+            for i in deps.tolist():
+                dependent[i] = any(d in in_queue for d in jobs[queue.rows[i]].dependencies)
+        checks = (
+            (HELD, queue.column("hold", np.bool_)),
+            (INVALID_QOS, ~_known(queue, "qos", s.qos)),
+            (INVALID_PARTITION, ~_known(queue, "partition", s.partitions)),
+            (BEGIN_TIME, queue.column("begin_time") > self.now),
+            (DEPENDENCY, dependent),
+        )
+        stopped = np.flatnonzero(np.logical_or.reduce([hit for _, hit in checks]))
+        if not len(stopped):
+            return stopped, []
+        said = np.select([hit[stopped] for _, hit in checks], [r for r, _ in checks], "")
+        return stopped, said.tolist()
 
     def _walk(self, queue: IntArray) -> None:
         """Consider the jobs at rows ``queue`` in order.

@@ -15,13 +15,24 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpufleet.core.job import Job, Partition
+from gpufleet.core.job import Job, Partition, QoS
 from gpufleet.core.model import MILLI
 from gpufleet.core.snapshot import ObjectArray, QueueView, Snapshot, Tally, TallyKind
 from gpufleet.core.state import BoolArray, IntArray
 
 STOPPED = {"down": "PartitionDown", "inactive": "PartitionInactive"}
 """Partition states that start no job, and the pending reason each gives."""
+
+
+def _qos_limited(q: QoS) -> bool:
+    """Whether the QoS sets any limit ``QosLimits`` checks."""
+    limits = (q.max_wall_s, q.max_jobs_per_user, q.max_gpus_per_user, q.max_gpus_per_account)
+    return any(limits) or bool(q.group_gpus)
+
+
+def _partition_limited(p: Partition) -> bool:
+    """Whether the partition may refuse a job in ``PartitionLimits``."""
+    return p.state in STOPPED or bool(p.max_time_s or p.allowed_accounts or p.allowed_qos)
 
 
 def first_reason(size: int, *checks: tuple[str, BoolArray]) -> ObjectArray:
@@ -61,6 +72,8 @@ class QosLimits:
         """``admit`` for every job of ``queue`` at once (a limit of 0 is off)."""
         codes, names = queue.codes("qos")
         defined = [snapshot.qos.get(name) for name in names]
+        if not any(q is not None and _qos_limited(q) for q in defined):
+            return np.full(len(queue), "", dtype=object)  # nothing to count against
 
         def limit(attr: str, scale: int = 1) -> IntArray:
             per_qos = [getattr(q, attr) * scale if q is not None else 0 for q in defined]
@@ -116,6 +129,8 @@ class PartitionLimits:
 
         codes, names = queue.codes("partition")
         defined = [snapshot.partitions.get(name) for name in names]
+        if not any(p is not None and _partition_limited(p) for p in defined):
+            return np.full(len(queue), "", dtype=object)
         max_time = np.array([p.max_time_s if p else 0 for p in defined], dtype=np.int64)[codes]
         state = np.array([p.state if p else "up" for p in defined], dtype=object)[codes]
         return first_reason(
