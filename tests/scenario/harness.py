@@ -32,6 +32,7 @@ from gpufleet.core.state import ClusterState
 from gpufleet.engine.book import Effects, JobBook
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
+from gpufleet.policies.migplan import MigArgs, MigPlanner
 from gpufleet.policies.placement.fit import FirstFit
 from gpufleet.policies.preemption import CheapestVictims
 from gpufleet.policies.queue import Fifo
@@ -119,6 +120,7 @@ class Scenario:
     preemption: bool = False
     resolution_s: int = 1
     backfill_interval_s: int = 0
+    repartition: MigArgs | None = None
     book: JobBook | None = None
 
     def _book(self) -> JobBook:
@@ -186,6 +188,7 @@ class Scenario:
             gate=Reservations(),
             backfill=backfill,
             preemption=CheapestVictims() if self.preemption else None,
+            repartition=MigPlanner(self.repartition) if self.repartition else None,
         )
 
     def cycle(self) -> Outcome:

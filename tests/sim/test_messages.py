@@ -18,7 +18,7 @@ QOS_KEYS = (
 
 POLICY_CASES = [
     ("nvme = 1", "policy: nvme: unknown key (known: ordering, placement, backfill, "
-     "preemption, qos, partitions, accounts, users, reservations, predict, windows)"),
+     "preemption, qos, partitions, accounts, users, reservations, predict, mig, windows)"),
     ("[[qos]]\nname = 'fast'\nnvme = 1", f"policy: qos.fast.nvme: unknown key (known: {QOS_KEYS})"),
     ("[[partitions]]\nname = 'gpu'\nnodes = 'a'", "policy: partitions.gpu.nodes: must be a list"),
     ("[[qos]]\npriority = 1", "policy: qos.1.name: required"),

@@ -40,7 +40,9 @@ profile's ``CycleCache`` keeps what each job fixes across cycles, by object
 identity, so a cycle after a few arrivals reads columns instead of jobs.
 
 The cycle never changes the snapshot: every allocation goes through a
-journal that is rolled back before the plan is returned.
+journal that is rolled back before the plan is returned. After the walk, a
+profile's ``Repartitioner`` may add MIG layout changes for idle GPUs to the
+plan (``Plan.relayouts``), judging by the jobs the walk left waiting.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from gpufleet.core.protocols import (
     PreemptionRequest,
     Preemptor,
     QuietGate,
+    Repartitioner,
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray, OverAllocation
@@ -147,6 +150,7 @@ class SchedulingProfile:
     gate: Gate | None = None
     backfill: Backfill | None = None
     preemption: Preemptor | None = None
+    repartition: Repartitioner | None = None
     estimates: bool = False
     queue_depth: int = 0
     """At most this many jobs considered per cycle, highest priority first (Slurm's
@@ -166,7 +170,8 @@ class SchedulingProfile:
         if self.estimates:
             return True
         plugins: list[object] = [self.ordering, *self.admission]
-        plugins += [p for p in (self.gate, self.backfill, self.preemption) if p is not None]
+        optional = (self.gate, self.backfill, self.preemption, self.repartition)
+        plugins += [p for p in optional if p is not None]
         return any(getattr(p, "clocked", True) for p in plugins)
 
 
@@ -292,9 +297,12 @@ def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = 
     """Decide starts, preemptions, planned starts and pending reasons; see the module docstring."""
     cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
     try:
-        return cycle.run()
+        plan = cycle.run()
     finally:
         cycle.journal.rollback()
+    if profile.repartition is not None:  # on the snapshot's own state, the walk undone
+        plan.relayouts = list(profile.repartition.propose(snapshot, plan))
+    return plan
 
 
 @dataclass

@@ -29,6 +29,19 @@ class Preemption:
     for_job: str
 
 
+Layout = tuple[tuple[str, int], ...] | None
+"""A GPU's MIG layout as ``GPU.mig`` holds it: (profile, start slot) pairs, None for MIG off."""
+
+
+@dataclass(frozen=True)
+class Relayout:
+    """A new MIG layout for GPU ``gpu`` of node ``node`` (an index into the state)."""
+
+    node: int
+    gpu: int
+    layout: Layout
+
+
 @dataclass
 class Plan:
     """What the cycle decided. Job ids index everything.
@@ -42,8 +55,9 @@ class Plan:
     cycle on the same snapshot at a later time would decide the same (no
     plugin reads the clock, no planned start was cut off by the horizon, no
     backfill pass was due later), so a driver may skip a periodic cycle while
-    nothing happens. ``stats`` are diagnostics: timings in seconds and
-    counters, for drivers to record.
+    nothing happens. ``relayouts`` are MIG layout changes for idle GPUs
+    (``Repartitioner``), for the driver to carry out. ``stats`` are
+    diagnostics: timings in seconds and counters, for drivers to record.
     """
 
     starts: dict[str, list[Assignment]] = field(default_factory=dict)
@@ -57,3 +71,4 @@ class Plan:
     key (minus priority, submit time, id); None when every job was considered."""
     stats: dict[str, float] = field(default_factory=dict)
     backfilled: bool = False
+    relayouts: list[Relayout] = field(default_factory=list)

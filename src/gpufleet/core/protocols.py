@@ -3,8 +3,9 @@
 Placement's own points (``Filter``, ``Tier``, ``Scorer``, ``GpuPicker``) live
 in ``core.placement``; these are the cycle's: who goes first (``Ordering``),
 may it run (``Admission``, ``BulkAdmission``), where and from when
-(``Gate``), whether a waiting job gets a planned start (``Backfill``), and
-whom to stop for it (``Preemptor``). ``core.cycle`` says how they combine.
+(``Gate``), whether a waiting job gets a planned start (``Backfill``),
+whom to stop for it (``Preemptor``), and how to re-cut idle MIG GPUs for
+what waits (``Repartitioner``). ``core.cycle`` says how they combine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from gpufleet.core.job import Job, RunningJob
 from gpufleet.core.model import Request
+from gpufleet.core.plan import Plan, Relayout
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import BoolArray, ClusterState
 from gpufleet.core.timeline import Blocks
@@ -148,3 +150,21 @@ class Preemptor(Protocol):
     """
 
     def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]: ...
+
+
+class Repartitioner(Protocol):
+    """New MIG layouts for idle GPUs, to match what waits. At most one per profile.
+
+    Called once per cycle after the walk, with the snapshot and the plan the
+    walk made (its starts and pending reasons). Returns layout changes to
+    begin now, for GPUs with nothing allocated on a usable node, that no
+    start of ``plan`` uses and that are not in ``snapshot.reconfiguring``;
+    each layout one the GPU's model supports (``core.mig``). Pure and
+    deterministic. ``reconfigure_s`` is how long a change keeps a GPU from
+    work, for drivers that model time (the simulator); the live controller
+    waits for the node's report instead.
+    """
+
+    reconfigure_s: int
+
+    def propose(self, snapshot: Snapshot, plan: Plan) -> Sequence[Relayout]: ...

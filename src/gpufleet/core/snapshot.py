@@ -22,6 +22,7 @@ import numpy.typing as npt
 from gpufleet.core.accounts import AccountUsage
 from gpufleet.core.columns import Rows
 from gpufleet.core.job import Job, Partition, QoS, Reservation, RunningJob
+from gpufleet.core.plan import Layout
 from gpufleet.core.state import Assignment, ClusterState, IntArray
 from gpufleet.core.timeline import RunningEvents
 
@@ -43,6 +44,9 @@ class Snapshot:
     whose victims are gone to the room they left it (free in ``state``):
     this cycle keeps that room for the job. ``last_backfill`` is when the last
     cycle with a backfill pass ran (None: never; see ``Backfill.runs_at``).
+    ``mig_changed`` maps a GPU (node index, GPU index) to when its last MIG
+    layout change began; ``reconfiguring`` maps each GPU whose change is
+    still under way (it takes no work meanwhile) to the layout it will have.
     """
 
     state: ClusterState
@@ -57,6 +61,8 @@ class Snapshot:
     signalled: Mapping[str, str] = field(default_factory=dict)
     promised: Mapping[str, Sequence[Assignment]] = field(default_factory=dict)
     last_backfill: int | None = None
+    mig_changed: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    reconfiguring: Mapping[tuple[int, int], Layout] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.accounts is not None and not isinstance(self.accounts, AccountUsage):

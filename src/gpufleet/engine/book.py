@@ -26,6 +26,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.mask_gpu(node, gpu, masked)       # keep the placer off one GPU; the node works on
     book.add_node(node); book.remove_node(name)
     book.replace_node(node)                # the same name described anew, where it stands
+    book.reconfigured(node, gpu) -> Layout  # a MIG layout change the plan began is done
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
 
 ``apply`` first signals the plan's victims: one with no grace time is
@@ -39,6 +40,15 @@ longer running, are skipped. Once the last victim of a deferred job is
 gone, the room the plan gave the job is *promised* to it for the next
 cycle (``Snapshot.promised``): no other job may take it first.
 
+Last, it takes on the plan's MIG layout changes (``Plan.relayouts``): a
+GPU to change first drains (its free instances are held, so no new run
+lands there); once nothing runs on it, at this or a later ``apply``, the
+change begins (``Effects.relayouts``): the GPU keeps no instances, so it
+takes no work, until the driver reports the change done
+(``reconfigured``), which gives it the new layout. A GPU's layout thus
+never changes under a run. The snapshot names the GPUs draining or being
+re-cut, with their targets, and when each GPU's last change was taken on.
+
 A requeued job goes back to the end of the queue as it was submitted, with
 the GPU service of the run added to ``gpu_seconds_attained``; a finished or
 cancelled job leaves the book. The ledger, when given, is charged for every
@@ -49,17 +59,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
+
+import numpy as np
 
 from gpufleet.core.columns import Log
 from gpufleet.core.job import Job, JobState, Partition, PreemptMode, QoS, Reservation, RunningJob
+from gpufleet.core.mig import MigInstance, validate_layout
 from gpufleet.core.model import MILLI, Node
-from gpufleet.core.plan import Plan
+from gpufleet.core.plan import Layout, Plan
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.core.state import Assignment, ClusterState, OverAllocation
+from gpufleet.core.state import Assignment, ClusterState, NotIdle, OverAllocation
 from gpufleet.engine.ledger import UsageLedger
 
 Outcome = Literal["finished", "requeued", "cancelled"]
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +138,24 @@ class RunEnd:
         return self.end - self.start
 
 
+@dataclass(frozen=True, slots=True)
+class Reconfigure:
+    """A MIG layout change begun on GPU ``gpu`` of ``node``; ``layout`` is what it will be."""
+
+    node: str
+    gpu: int
+    layout: Layout
+
+
 @dataclass(frozen=True)
 class Effects:
-    """What ``apply`` did, in order: victims stopped or signalled, then starts."""
+    """What ``apply`` did, in order: victims stopped or signalled, starts, layout changes."""
 
     started: list[Started] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
     signalled: list[Signalled] = field(default_factory=list)
     stopped: list[RunEnd] = field(default_factory=list)
+    relayouts: list[Reconfigure] = field(default_factory=list)
 
 
 class UnknownJob(KeyError):
@@ -180,6 +204,12 @@ class JobBook:
         # Masked GPUs by (node, index): the hold that keeps them, None while a run uses one.
         self.masked: dict[tuple[str, int], Assignment | None] = {}
         self.last_backfill: int | None = None  # when a plan last came from a backfill pass
+        # MIG layout changes by (node, GPU): when the last was taken on; the target of each
+        # GPU draining (with the hold on its free instances) and of each being re-cut.
+        self.mig_changed: dict[tuple[str, int], int] = {}
+        self.draining: dict[tuple[str, int], Layout] = {}
+        self.drain_holds: dict[tuple[str, int], Assignment] = {}
+        self.reconfiguring: dict[tuple[str, int], Layout] = {}
 
     # -- the queue -------------------------------------------------------------
     def submit(self, job: Job, *, runs: int | None = None) -> None:
@@ -257,7 +287,13 @@ class JobBook:
             signalled={v: s.for_job for v, s in self.signals.items()},
             promised=dict(self.promised),
             last_backfill=self.last_backfill,
+            mig_changed=self._by_index(self.mig_changed),
+            reconfiguring=self._by_index({**self.draining, **self.reconfiguring}),
         )
+
+    def _by_index(self, by_name: dict[tuple[str, int], _V]) -> dict[tuple[int, int], _V]:
+        index = self.state.index
+        return {(index[n], g): v for (n, g), v in by_name.items() if n in index}
 
     def _extend_overruns(self, now: int) -> None:
         """A run past its estimated end is expected to run as long again, up to its limit.
@@ -300,7 +336,69 @@ class JobBook:
                 self.deferred[job_id] = tuple(assignments)
             else:
                 effects.started.append(started)
+        for change in plan.relayouts:
+            self._relayout(change.node, change.gpu, change.layout, now)
+        self._begin_drained(effects)
         return effects
+
+    def _relayout(self, node: int, gpu: int, layout: Layout, now: int) -> None:
+        """Take on a layout change: the GPU drains (its free instances are held, so it
+        takes no new work) until nothing runs on it. Ignored while it is already changing."""
+        spec = self.state.nodes[node]
+        key = (spec.name, gpu)
+        if key in self.reconfiguring or key in self.draining:
+            return
+        if layout is not None:  # a bad layout is refused before the GPU is touched
+            validate_layout(spec.gpus[gpu].model, tuple(MigInstance(p, s) for p, s in layout))
+        self.draining[key] = layout
+        self.mig_changed[key] = now
+        self._hold_drains()
+
+    def _hold_drains(self) -> None:
+        """Hold every free instance of each draining GPU (a hold grows as its runs end)."""
+        st = self.state
+        for key in self.draining:
+            i = st.index.get(key[0])
+            old = self.drain_holds.pop(key, None)
+            if old is not None:
+                st.release(old)
+            if i is None:
+                continue
+            free = st.mig_free & (st.mig_node == i) & (st.mig_gpu == key[1]) & (st.mig_profile >= 0)
+            hold = Assignment(node=i, mig=tuple(int(m) for m in np.flatnonzero(free)))
+            st.allocate(hold)
+            self.drain_holds[key] = hold
+
+    def _begin_drained(self, effects: Effects) -> None:
+        """Begin the change of each draining GPU that nothing runs on any more: it keeps
+        no instances, so takes no work, until ``reconfigured``."""
+        st = self.state
+        for key, layout in list(self.draining.items()):
+            hold = self.drain_holds.pop(key, None)
+            if hold is not None:
+                st.release(hold)
+            try:
+                st.set_mig_layout(key[0], key[1], ())
+            except NotIdle:
+                if hold is not None:
+                    st.allocate(hold)
+                    self.drain_holds[key] = hold
+                continue
+            except KeyError:  # the node is gone
+                pass
+            else:
+                self.reconfiguring[key] = layout
+                effects.relayouts.append(Reconfigure(key[0], key[1], layout))
+            del self.draining[key]
+
+    def reconfigured(self, node: str, gpu: int) -> Layout:
+        """The layout change under way on GPU ``gpu`` of ``node`` is done: the GPU gets its
+        new layout (returned). KeyError if none is under way; a node removed meanwhile
+        keeps nothing."""
+        layout = self.reconfiguring.pop((node, gpu))
+        if node in self.state.index:
+            self.state.set_mig_layout(node, gpu, layout)
+        return layout
 
     def _start(self, job_id: str, assignments: Sequence[Assignment], now: int) -> Started | None:
         job = self.pending.get(job_id)
@@ -368,6 +466,8 @@ class JobBook:
             self.on_node[a.node].discard(job_id)
         if self.masked:
             self._hold_masks()  # a masked GPU this run used is free now
+        if self.draining:
+            self._hold_drains()
         start = r.job.start_time if r.job.start_time is not None else now
         job = r.job
         if outcome == "requeued":
@@ -539,6 +639,8 @@ class JobBook:
             self.ledger.state = new
         self.masked = dict.fromkeys(self.masked)  # held again in the new state
         self._hold_masks()
+        self.drain_holds.clear()
+        self._hold_drains()
 
     # -- names -----------------------------------------------------------------
     def placements(self, assignments: Iterable[Assignment]) -> list[Placement]:

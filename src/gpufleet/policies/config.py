@@ -46,6 +46,11 @@ text, so it stays pure)::
     ordering = true                   # sjf ranks by estimates
     backfill = true                   # backfill plans with estimated ends
 
+    [mig]                             # MIG re-partitioning (policies.migplan)
+    repartition = true                # re-cut idle MIG GPUs for what waits
+    min_interval_s = 3600             # one GPU's changes at least this far apart
+    reconfigure_s = 60                # the simulator's time a change takes
+
     [[windows]]                       # time-of-day overrides (policies.windows)
     name = "night"
     start = "20:00"
@@ -75,6 +80,7 @@ from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.protocols import Ordering, Preemptor
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
+from gpufleet.policies.migplan import MigArgs, MigPlanner
 from gpufleet.policies.predict import PredictArgs
 from gpufleet.policies.preemption import AttainedServiceVictims, CheapestVictims
 from gpufleet.policies.priority import (
@@ -202,6 +208,7 @@ class PolicyConfig(_Strict):
     users: tuple[UserConfig, ...] = ()
     reservations: tuple[ReservationConfig, ...] = ()
     predict: PredictArgs | None = None
+    mig: MigArgs = Field(default_factory=MigArgs)
     windows: tuple[WindowConfig, ...] = ()
 
 
@@ -257,6 +264,7 @@ class Policy:
             gate=Reservations(),
             backfill=Backfill(c.backfill) if c.backfill and c.backfill.mode != "none" else None,
             preemption=self._preemptor(),
+            repartition=MigPlanner(c.mig) if c.mig.repartition else None,
             estimates=c.predict is not None and c.predict.backfill,
             queue_depth=c.ordering.queue_depth,
         )

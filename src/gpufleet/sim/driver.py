@@ -33,6 +33,13 @@ predictor is told of each job when it finishes, so no estimate uses a job
 that had not finished yet. Before a cycle that follows new finishes, the
 waiting jobs are estimated again.
 
+**MIG re-partitioning** (``policies.migplan``): the job book begins a
+plan's layout change once nothing runs on the GPU (it drains meanwhile);
+the GPU then takes no work for the planner's ``reconfigure_s``, and has its
+new layout after. The result counts the changes. With a planner, a MIG job
+that no GPU is cut to hold is not unschedulable when some GPU could be
+re-cut for it.
+
 **Windows** (``policies.windows.WindowSwitch``, as the controller keeps
 them): at each time the open windows change, the scheduling profile, QoS
 and partitions switch to that set's (``Regime``), and the result lists the
@@ -69,6 +76,7 @@ from gpufleet.engine.book import JobBook, RunEnd, Started
 from gpufleet.engine.estimates import Estimates
 from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.migplan import recut_for
 from gpufleet.policies.windows import WindowSwitch
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
@@ -249,6 +257,8 @@ class SimResult:
     node_failures: int = 0
     windows: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     """Each time the open policy windows changed, and the windows open from then."""
+    reconfigurations: int = 0
+    """MIG layout changes begun (``policies.migplan``)."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +345,7 @@ class Simulation:
         self.cycles = 0
         self.skipped = 0
         self.failures = 0
+        self.reconfigurations = 0
         self.last_start = 0
         self.samples: list[Sample] = []
         self.next_sample = 0
@@ -364,8 +375,13 @@ class Simulation:
                 raise ValueError(f"job {t.id}: id appears twice in the trace")
             job = to_job(t, self.config, self.qos)
             rec = JobRecord(t, job, job.gpu_milli / MILLI, t.duration_s)
-            if t.request not in fits:
-                fits[t.request] = placer.fits_empty(idle, t.request)
+            r = t.request
+            if r not in fits:
+                fits[r] = placer.fits_empty(idle, r) or (
+                    self.sched.repartition is not None
+                    and bool(r.mig_profile)
+                    and placer.fits_empty(ClusterState(recut_for(nodes, r.mig_profile)), r)
+                )
             if not fits[t.request]:
                 rec.state = "unschedulable"
                 self.done += 1
@@ -466,6 +482,7 @@ class Simulation:
             cycles_skipped=self.skipped,
             entitlement=self.entitlement,
             node_failures=self.failures,
+            reconfigurations=self.reconfigurations,
         )
 
     def _stalled(self) -> bool:
@@ -474,10 +491,12 @@ class Simulation:
             return False
         if self.faults is not None and not bool(self.state.healthy.all()):
             return False
-        if self.windows is not None and self.now - self.last_start < WINDOW_PATIENCE_S:
-            return False  # a window opening later in the week may let them run
+        if self.now - self.last_start < WINDOW_PATIENCE_S and (
+            self.windows is not None or self.sched.repartition is not None
+        ):
+            return False  # a window opening later, or a GPU re-cut later, may let them run
         return self.cycles > 0 and not self.queue.holds(
-            {Kind.ARRIVAL, Kind.RESERVATION, Kind.NODE_REPAIR}
+            {Kind.ARRIVAL, Kind.RESERVATION, Kind.NODE_REPAIR, Kind.MIG_READY}
         )
 
     def _advance(self, t: int) -> None:
@@ -538,6 +557,10 @@ class Simulation:
             case Kind.WINDOW:
                 self._switch_windows()
                 return True
+            case Kind.MIG_READY:
+                node, _, gpu = str(ev.key).rpartition(":")
+                self.book.reconfigured(node, int(gpu))
+                return True
             case _:  # Kind.SCHEDULE
                 if ev.key == "deferred":
                     self.deferred = False
@@ -567,7 +590,15 @@ class Simulation:
             self.queue.push(sig.deadline, Kind.PREEMPT, sig.job_id, sig.run)
         for started in effects.started:
             self._started(self.records[started.job_id], started)
-        self.settled = not (plan.starts or plan.preemptions or plan.clocked or effects.deferred)
+        if effects.relayouts:
+            assert self.sched.repartition is not None
+            ready = now + self.sched.repartition.reconfigure_s
+            for change in effects.relayouts:
+                self.queue.push(ready, Kind.MIG_READY, f"{change.node}:{change.gpu}")
+            self.reconfigurations += len(effects.relayouts)
+        self.settled = not (
+            plan.starts or plan.preemptions or plan.clocked or effects.deferred or plan.relayouts
+        )
         self._arm_tick()
         return plan
 

@@ -26,14 +26,16 @@ class Kind(IntEnum):
     CHECKPOINT = 2
     NODE_FAIL = 3
     NODE_REPAIR = 4
-    RESERVATION = 5  # a reservation starts or ends: the gate's answer changes
-    WINDOW = 6  # policy windows open or close: the policy changes
-    ARRIVAL = 7
-    SCHEDULE = 8
+    MIG_READY = 5  # a GPU's MIG layout change is done: its new instances take work
+    RESERVATION = 6  # a reservation starts or ends: the gate's answer changes
+    WINDOW = 7  # policy windows open or close: the policy changes
+    ARRIVAL = 8
+    SCHEDULE = 9
 
 
 class Event(NamedTuple):
-    """One event. ``key`` names the job (id) or node (index) it concerns.
+    """One event. ``key`` names the job (id) or node (index) it concerns, or for
+    ``MIG_READY`` the GPU as ``"NODE:GPU"``.
 
     ``run`` is the job's run number the event was made for (0 for events
     that do not concern a job's run). A tuple, so the heap compares

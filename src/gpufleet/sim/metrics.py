@@ -206,6 +206,7 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
         preemptions=sum(r.preemptions for r in jobs),
         requeues=sum(r.requeues for r in jobs),
         node_failures=result.node_failures,
+        reconfigurations=result.reconfigurations,
         lost_gpu_hours=sum(lost_gpu_s(r) for r in jobs) / hours,
         lost_preemption_gpu_hours=sum(r.lost_preemption_gpu_s for r in jobs) / hours,
         lost_failure_gpu_hours=sum(r.lost_failure_gpu_s for r in jobs) / hours,
