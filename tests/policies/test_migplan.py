@@ -109,6 +109,21 @@ CASES = [
         {("a", 1): (("7g.80gb", 0),)},
         running=[(qjob("r2").mig("1g.10gb", 7), "a"), (qjob("r1").mig("1g.10gb"), "a")],
     ),
+    Case(  # 1g jobs wait on a busy GPU cut 1g x 5 + 2g: 7 x 1g would serve 7 slices, its own
+        # layout 5 once empty; less than twice as much, not worth draining for
+        "no-drain-for-a-small-gain",
+        [node("a").mig("1g.10gb,1g.10gb,1g.10gb,1g.10gb,2g.20gb@4,1g.10gb@6").gpus(1)],
+        waiting("1g.10gb", n=9),
+        {},
+        running=[(qjob("r").mig("2g.20gb"), "a")],
+    ),
+    Case(  # the same GPU while 7g jobs wait: its layout serves none of them, so it drains
+        "drain-for-what-it-cannot-serve",
+        [node("a").mig("1g.10gb,1g.10gb,1g.10gb,1g.10gb,2g.20gb@4,1g.10gb@6").gpus(1)],
+        waiting("7g.80gb"),
+        {("a", 0): (("7g.80gb", 0),)},
+        running=[(qjob("r").mig("2g.20gb"), "a")],
+    ),
     Case(  # without drain, busy GPUs are left alone
         "no-drain",
         [node("a").mig(SEVEN_1G).gpus(2)],

@@ -15,14 +15,20 @@ waiting and re-cuts idle GPUs to serve it:
    leave on usable nodes, and those of changes still under way; whole GPUs
    free with MIG off likewise.
 3. **Each idle GPU** of a MIG-capable model on a usable node, in node and
-   GPU order, except one whose last change began less than
-   ``min_interval_s`` ago: its own instances leave the supply, and the
-   layout that serves most of the demand left unmet, counted in compute
-   slices (MIG off serves one whole GPU, 7 slices), is chosen among every
-   layout ``core.mig`` accepts for the model. Ties go to more slices in
-   profiles that are asked for at all, then to more slices in all, then to
-   the first layout in a fixed order. The GPU is re-cut when that layout
-   serves more than its current one; either way its instances then join
+   GPU order, then (with ``drain``) each busy MIG GPU, least busy first
+   (fewest compute slices in use, then the earliest last expected end),
+   except one whose last change was taken on less than ``min_interval_s``
+   ago: what it offers free leaves the supply, and the layout that serves
+   most of the demand left unmet, counted in compute slices (MIG off serves
+   one whole GPU, 7 slices), is chosen among every layout ``core.mig``
+   accepts for the model. Ties go to serving more profiles, then to more
+   slices in profiles that are asked for at all, then to more slices in
+   all, then to the first layout in a fixed order. An idle GPU is re-cut
+   when that layout serves more than what it offers now; a busy one is
+   drained for it (its free instances take no new work, and the book
+   re-cuts it once its runs end) only when the layout serves at least
+   ``DRAIN_GAIN`` times what its own layout would, since draining idles
+   what is free on it meanwhile. Either way what the GPU will offer joins
    the supply.
 
 While nothing waits nothing changes, so a layout stays as long as it
@@ -50,6 +56,8 @@ from gpufleet.core.state import BoolArray, ClusterState, IntArray
 
 WHOLE = ""
 """The demand key of a whole GPU (MIG off)."""
+DRAIN_GAIN = 2
+"""A busy GPU drains only for a layout serving this many times what its own layout would."""
 WAITING = frozenset((RESOURCES, PRIORITY, NODE_NOT_AVAIL))
 """Pending reasons of jobs that a re-cut GPU could serve."""
 
@@ -101,8 +109,13 @@ class MigPlanner:
             unmet = np.array([max(0, demand[k] - supply[k]) for k in table.keys], np.int64)
             if unmet.any():
                 best = table.best(unmet, np.array([demand[k] > 0 for k in table.keys]))
-                now_serves = table.value(table.counts_of(offered), unmet)
-                if table.value(table.counts[best], unmet) > now_serves:
+                serves = table.value(table.counts[best], unmet)
+                if taken[0][i, g]:  # drain only for at least twice what its layout serves
+                    own = table.counts_of(_instances(st.nodes[i].gpus[g].mig))
+                    worth = serves >= max(1, DRAIN_GAIN * table.value(own, unmet))
+                else:
+                    worth = serves > table.value(table.counts_of(offered), unmet)
+                if worth:
                     out.append(Relayout(i, g, table.layouts[best]))
                     offered = table.counter(best)
             supply.update(offered)
@@ -244,11 +257,13 @@ class _Layouts:
 
     def best(self, unmet: IntArray, asked: BoolArray) -> int:
         """The row serving most of ``unmet``; ties as the module docstring says."""
-        served = np.minimum(self.counts, unmet) @ self.slices
+        met = np.minimum(self.counts, unmet)
+        served = met @ self.slices
+        kinds = (met > 0).sum(axis=1)
         useful = (self.counts * asked) @ self.slices
         total = self.counts @ self.slices
         # lexsort's last key is the primary one; the lowest row wins what is left.
-        order = np.lexsort((np.arange(len(total)), -total, -useful, -served))
+        order = np.lexsort((np.arange(len(total)), -total, -useful, -kinds, -served))
         return int(order[0])
 
 
