@@ -20,6 +20,8 @@ from gpufleet.api.agent_schemas import (
     AgentSync,
     JobKill,
     JobLaunch,
+    MigChange,
+    MigDone,
     RegisterReply,
     RunReport,
     SyncReply,
@@ -42,11 +44,19 @@ class FakeController:
         self.registered = False
         self.resend_starts = False  # answer starts even for runs the agent holds
         self.max_wait_s = 4.0  # a long poll never holds a test's agent longer
+        self.mig: dict[int, MigChange] = {}  # MIG changes asked and not yet reported done
+        self.mig_done: list[MigDone] = []
         self._news = threading.Condition()
 
     def want(self, launch: JobLaunch) -> None:
         with self._news:
             self.wanted[(launch.job_id, launch.run)] = launch
+            self._news.notify_all()
+
+    def recut(self, gpu: int, layout: list[str] | None) -> None:
+        """Ask the agent to re-cut GPU ``gpu`` (sent until it reports it done)."""
+        with self._news:
+            self.mig[gpu] = MigChange(gpu=gpu, layout=layout)
             self._news.notify_all()
 
     def kill(self, job_id: str, run: int, signal: str = "TERM", grace_s: int = 1) -> None:
@@ -84,8 +94,14 @@ class FakeController:
                 self.reports.append(report)
                 self.wanted.pop((report.job_id, report.run), None)
                 self.kills.pop((report.job_id, report.run), None)
+            for done in sync.mig_done:
+                self.mig_done.append(done)
+                if done.gpu in self.mig and self.mig[done.gpu].layout == done.layout:
+                    del self.mig[done.gpu]
             reply = self._reply(sync)
-            if not (reply.jobs_to_start or reply.jobs_to_kill) and sync.wait_s > 0:
+            if not (reply.jobs_to_start or reply.jobs_to_kill or reply.mig_changes) and (
+                sync.wait_s > 0
+            ):
                 self._news.wait(min(sync.wait_s, self.max_wait_s))
                 reply = self._reply(sync)
         return 200, reply.model_dump()
@@ -99,6 +115,7 @@ class FakeController:
                 if self.resend_starts or key not in held
             ],
             jobs_to_kill=[kill for key, kill in sorted(self.kills.items()) if key in held],
+            mig_changes=[self.mig[g] for g in sorted(self.mig)],
             heartbeat_interval_s=self.heartbeat_s,
         )
 

@@ -329,3 +329,18 @@ def _mig(
                 raise group.fail(name, f"GPU {i} is given two layouts")
             layouts[i] = layout
     return layouts
+
+
+def with_mig(group: Mapping[str, Any], node: Node) -> dict[str, Any]:
+    """``group`` (one node's group table) with ``gpus.mig`` written anew from ``node``'s
+    GPUs: ``"INDEX" = "PROFILE@START,..."`` for each GPU with MIG on, none for the others.
+    What a node's declared inventory becomes once its MIG layouts changed."""
+    gpus = dict(group.get("gpus") or {})
+    layouts = {
+        str(g.index): ",".join(f"{p}@{s}" for p, s in g.mig) for g in node.gpus if g.mig is not None
+    }
+    if layouts:
+        gpus["mig"] = layouts
+    else:
+        gpus.pop("mig", None)
+    return {**group, "gpus": gpus}

@@ -24,11 +24,14 @@ import logging
 import random
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
+from gpufleet.adapters.inventory import nodes_from_groups, with_mig
 from gpufleet.agent.checks import NodeChecks
+from gpufleet.agent.mig import MigApplier
 from gpufleet.agent.runner import Runner
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.api.agent_schemas import (
@@ -36,11 +39,14 @@ from gpufleet.api.agent_schemas import (
     AgentRegister,
     AgentSync,
     GpuReading,
+    MigChange,
+    MigDone,
     NodeHealth,
     RegisterReply,
     RunReport,
     SyncReply,
 )
+from gpufleet.core.model import Node
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -68,6 +74,8 @@ class Agent:
     heartbeat interval is used when shorter). ``telemetry`` gives the GPU
     readings each sync carries; ``facts`` (what NVML and the host say) and
     ``differences`` (from the declared inventory) go with each registration.
+    ``mig`` carries out the MIG changes the controller asks for (by default
+    a dry run); the declared inventory then takes the new layout.
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class Agent:
         facts: Mapping[str, Any] | None = None,
         differences: Sequence[str] = (),
         checks: NodeChecks | None = None,
+        mig: MigApplier | None = None,
         poll_s: float = 0.2,
         max_backoff_s: float = 30.0,
         max_wait_s: float = MAX_SYNC_WAIT_S,
@@ -96,6 +105,11 @@ class Agent:
         self._facts = dict(facts or {})
         self._differences = list(differences)
         self._checks = checks
+        self._mig = mig or MigApplier(hardware=False, enabled=False)
+        # MIG changes done and not yet acknowledged, and the last done per GPU.
+        self._mig_lock = threading.Lock()
+        self._mig_unacked: dict[int, MigDone] = {}
+        self._mig_last: dict[int, MigDone] = {}
         self._health: NodeHealth | None = None
         self._recheck = threading.Event()
         self._gpus: list[GpuReading] = []  # the last readings, for the checks
@@ -173,6 +187,8 @@ class Agent:
     def sync(self, *, wait_s: float, client: httpx.Client | None = None) -> SyncReply:
         """One sync: report, then start and kill what the reply says."""
         running, reports = self.runner.snapshot()
+        with self._mig_lock:
+            mig_done = list(self._mig_unacked.values())
         body = AgentSync(
             running=running,
             reports=reports,
@@ -180,6 +196,7 @@ class Agent:
             gpus=self._readings(),
             checkpoints=self.runner.checkpoints(),
             health=self._health,
+            mig_done=mig_done,
         )
         data = self._post(
             client or self._poll_client, "/sync", body.model_dump(), timeout=wait_s + 15.0
@@ -187,7 +204,11 @@ class Agent:
         reply = SyncReply.model_validate(data)
         self.runner.acknowledge((r.job_id, r.run) for r in reports)
         self.heartbeat_s = min(MAX_SYNC_WAIT_S, max(1.0, reply.heartbeat_interval_s))
-        news = False
+        with self._mig_lock:
+            for done in mig_done:
+                if self._mig_unacked.get(done.gpu) is done:
+                    del self._mig_unacked[done.gpu]
+        news = bool(reply.mig_changes) and self._change_mig(reply.mig_changes)
         for launch in reply.jobs_to_start:
             try:
                 if self.runner.start(launch):
@@ -209,6 +230,28 @@ class Agent:
             self._ended.wait(min(self.heartbeat_s, REPEAT_PAUSE_S))
             self._ended.clear()
         return reply
+
+    def _change_mig(self, changes: Sequence[MigChange]) -> bool:
+        """Carry out (or dry-run) each change not done yet; True if one was. A change
+        already done is reported again (the controller resends until it hears)."""
+        with self._mig_lock:
+            news = False
+            for change in changes:
+                last = self._mig_last.get(change.gpu)
+                if last is not None and last.layout == change.layout and not last.error:
+                    self._mig_unacked[change.gpu] = last
+                    continue
+                node = nodes_from_groups([self._inventory], "inventory")[0]
+                if change.gpu >= len(node.gpus):
+                    error = f"no GPU {change.gpu} on {self.node}"
+                    done = MigDone(gpu=change.gpu, layout=change.layout, error=error)
+                else:
+                    done = self._mig.apply(change, node.gpus[change.gpu].mig is not None)
+                if not done.error:
+                    self._inventory = with_mig(self._inventory, _relaid(node, change))
+                self._mig_last[change.gpu] = self._mig_unacked[change.gpu] = done
+                news = True
+            return news
 
     # -- internals --------------------------------------------------------------------
 
@@ -314,6 +357,20 @@ def _problem(response: httpx.Response) -> str:
 
 def _short(error: httpx.HTTPError) -> str:
     return f"{type(error).__name__}: {error}"[:200]
+
+
+def _relaid(node: Node, change: MigChange) -> Node:
+    """``node`` with GPU ``change.gpu`` cut as the change says."""
+    layout = None if change.layout is None else tuple(mig_instance(e) for e in change.layout)
+    gpus = list(node.gpus)
+    gpus[change.gpu] = replace(gpus[change.gpu], mig=layout)
+    return replace(node, gpus=tuple(gpus))
+
+
+def mig_instance(entry: str) -> tuple[str, int]:
+    """``"3g.40gb@4"`` as ``("3g.40gb", 4)``."""
+    profile, _, start = entry.partition("@")
+    return profile, int(start)
 
 
 def _describe(report: RunReport) -> str:

@@ -155,6 +155,30 @@ class NodeHealth(_Request):
     at: float = Field(0.0, ge=0)
 
 
+class MigChange(BaseModel):
+    """Re-cut GPU ``gpu`` (its index on the node) to ``layout``: instances as
+    ``PROFILE@START`` (``core.mig``), or None to turn MIG off. Nothing runs on it."""
+
+    gpu: int = Field(..., ge=0, le=1023)
+    layout: list[str] | None
+
+
+class MigDone(_Request):
+    """What the agent did for a ``MigChange``, reported until acknowledged.
+
+    ``commands`` are the ``nvidia-smi`` argument lists for the change;
+    ``applied`` says whether they ran (False: a dry run, which only reports
+    them); ``error`` is non-empty when one failed (the GPU is then left as
+    the failed command left it).
+    """
+
+    gpu: int = Field(..., ge=0, le=1023)
+    layout: list[str] | None = Field(..., max_length=8)
+    commands: list[list[str]] = Field(default_factory=list, max_length=64)
+    applied: bool = False
+    error: str = Field("", max_length=4096)
+
+
 class AgentSync(_Request):
     """One sync: what runs now, what ended, and how long the agent will wait for work.
 
@@ -162,6 +186,8 @@ class AgentSync(_Request):
     (an older one, or a sync that only flushes reports) leaves the last ones.
     ``checkpoints`` are the latest checkpoints of the runs held, ``health``
     the latest verdict of the node's checks (None: none has run yet).
+    ``mig_done`` reports the MIG changes carried out (or dry-run) since the
+    last acknowledged sync.
     """
 
     running: list[RunRef] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
@@ -170,6 +196,7 @@ class AgentSync(_Request):
     gpus: list[GpuReading] = Field(default_factory=list, max_length=1024)
     checkpoints: list[Checkpointed] = Field(default_factory=list, max_length=MAX_RUNS_PER_NODE)
     health: NodeHealth | None = None
+    mig_done: list[MigDone] = Field(default_factory=list, max_length=1024)
 
 
 class JobLaunch(BaseModel):
@@ -230,9 +257,13 @@ class JobKill(BaseModel):
 
 
 class SyncReply(BaseModel):
-    """What the agent should do now; both lists are empty when there is nothing new."""
+    """What the agent should do now; the lists are empty when there is nothing new.
+
+    ``mig_changes`` are sent on every sync until the agent reports them done.
+    """
 
     jobs_to_start: list[JobLaunch] = Field(default_factory=list)
     jobs_to_kill: list[JobKill] = Field(default_factory=list)
+    mig_changes: list[MigChange] = Field(default_factory=list)
     heartbeat_interval_s: float
     node_state: str = ""

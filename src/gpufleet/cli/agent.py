@@ -43,12 +43,15 @@ def node_agent(
     telemetry: Path | None = None,
     nvml: Any = None,
     checks: CheckSettings | None = None,
+    mig_reconfigure: bool = False,
 ) -> Agent:
     """The agent of the declared node: it registers the node's group table and GPU UUIDs
     and sends GPU readings from NVML (``nvml`` when loaded already), else from
-    ``telemetry`` (by default the ``.telemetry.toml`` file beside the inventory)."""
+    ``telemetry`` (by default the ``.telemetry.toml`` file beside the inventory). MIG
+    changes run ``nvidia-smi`` only with NVML and ``mig_reconfigure``, else dry-run."""
     from gpufleet.agent.checks import CheckSettings, NodeChecks
     from gpufleet.agent.daemon import Agent
+    from gpufleet.agent.mig import MigApplier
     from gpufleet.agent.telemetry import open_telemetry, telemetry_path
 
     return Agent(
@@ -63,6 +66,7 @@ def node_agent(
         facts=declared.facts.as_json() if declared.facts else {},
         differences=declared.differences,
         checks=NodeChecks(checks or CheckSettings()),
+        mig=MigApplier(hardware=nvml is not None, enabled=mig_reconfigure),
         runner=runner,
     )
 
@@ -132,6 +136,14 @@ def agent(
             "runs each job as its submitting user)",
         ),
     ] = False,
+    mig_reconfigure: Annotated[
+        bool,
+        typer.Option(
+            "--mig-reconfigure",
+            help="re-cut MIG GPUs with nvidia-smi when the controller asks (only where NVML "
+            "works); without it, or without NVML, a change is a dry run that logs the commands",
+        ),
+    ] = False,
 ) -> None:
     """Run this node's agent: register its inventory, then run the jobs the controller starts."""
     from gpufleet.agent.checks import CheckSettings
@@ -187,6 +199,7 @@ def agent(
         telemetry=telemetry,
         nvml=nvml,
         checks=settings,
+        mig_reconfigure=mig_reconfigure,
     )
     failure: list[Refused] = []
     stopping = threading.Event()

@@ -66,7 +66,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import sqlalchemy as sa
 
-from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
+from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups, with_mig
 from gpufleet.adapters.store import GroupWriter, Store
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import (
@@ -76,6 +76,7 @@ from gpufleet.api.agent_schemas import (
     Checkpointed,
     JobKill,
     JobLaunch,
+    MigDone,
     NodeHealth,
     RegisterReply,
     RunRef,
@@ -117,6 +118,7 @@ from gpufleet.controller.live import (
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.metrics import Observation, SchedulerMetrics, observe
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
+from gpufleet.controller.relayout import MigOrders
 from gpufleet.controller.setup import ControllerSetup, ProfileFactory, WindowPolicy
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
@@ -249,6 +251,7 @@ class Controller:
         # Per node, the work counter and held runs of its last empty answer (_quiet_sync).
         self._quiet: dict[str, tuple[int | None, frozenset[tuple[str, int]]]] = {}
         self._facts: dict[str, dict[str, Any]] = {}  # what each node's NVML reported
+        self._mig = MigOrders()
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -1043,6 +1046,7 @@ class Controller:
             if info is None or (info.source == "config" and info.last_heartbeat is None):
                 raise NotFound(f"node {node}: not registered; register first")
             ended = self._apply_reports(node, body.reports, now)
+            ended = self._mig_done(principal, info, body.mig_done, now) or ended
             self._checkpointed(body.checkpoints, now)
             if body.health is not None:
                 self._node_health(principal, info, body.health, now)
@@ -1070,7 +1074,12 @@ class Controller:
             ended = self._confirm_gone(node, body.running, now) or ended
             reply = self._reply(node, body.running, now)
             self._answered[node] = self._gen[node]
-            if reply.jobs_to_start or reply.jobs_to_kill or self._kills_sent.get(node):
+            if (
+                reply.jobs_to_start
+                or reply.jobs_to_kill
+                or reply.mig_changes
+                or self._kills_sent.get(node)
+            ):
                 self._quiet.pop(node, None)
             else:
                 self._quiet[node] = (self._gen[node], _held(body.running))
@@ -1096,6 +1105,7 @@ class Controller:
             or info.state != "up"
             or body.reports
             or body.checkpoints
+            or body.mig_done
             or (body.health is not None and body.health != self._health.get(node))
             or info.saved_heartbeat is None
             or now - info.saved_heartbeat >= self.setup.heartbeat_interval_s * 4
@@ -1572,7 +1582,10 @@ class Controller:
             live = self._jobs[end.job_id]
             mode = "preempt-requeue" if end.outcome == "requeued" else "preempt-cancel"
             changes.append(self._end_change(live, mode, None, None, now, ""))
+        statements += self._mig.order(effects.relayouts, now)
         self._commit(changes, statements)
+        for node in {c.node for c in effects.relayouts}:
+            self._bump(node)
         self.metrics.cycle(
             time.perf_counter() - began,
             plan.stats,
@@ -2354,9 +2367,42 @@ class Controller:
         return SyncReply(
             jobs_to_start=starts,
             jobs_to_kill=self._new_kills(node, kills, now),
+            mig_changes=self._mig.changes(node),
             heartbeat_interval_s=self.setup.heartbeat_interval_s,
             node_state=self._node_state(node),
         )
+
+    def _mig_done(
+        self, principal: Principal, info: NodeInfo, dones: Sequence[MigDone], now: float
+    ) -> bool:
+        """Apply the agent's reports of MIG changes (``controller.relayout``); True when a
+        GPU got its new layout. A failed change leaves the GPU out of work (audited), for
+        the operator: the node's next registration describes it anew."""
+        node = info.node.name
+        settled = [d for d in dones if self._mig.settle(node, d)]
+        if not settled:
+            return False
+        for d in settled:
+            if d.error:
+                log.error("node %s: MIG change of GPU %d failed: %s", node, d.gpu, d.error)
+            else:
+                self.book.reconfigured(node, d.gpu)
+        info.node = self.book.state.nodes[self.book.state.index[node]]
+        info.inventory = with_mig(info.inventory, info.node)
+
+        def unit(conn: sa.Connection) -> None:
+            conn.execute(
+                t.nodes.update().where(t.nodes.c.name == node).values(inventory=info.inventory)
+            )
+            for d in settled:
+                action = "node.mig.failed" if d.error else "node.mig"
+                who = principal.user
+                persist.audit(
+                    conn, time=now, who=who, action=action, target=node, detail=d.model_dump()
+                )
+
+        self._writer().call(unit)
+        return any(not d.error for d in settled)
 
     def _new_kills(self, node: str, kills: Sequence[JobKill], now: float) -> list[JobKill]:
         """The kills of ``kills`` not yet sent to ``node``: a changed one (SIGKILL after
