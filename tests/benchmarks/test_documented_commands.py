@@ -102,6 +102,16 @@ KEYS: dict[str, set[str]] = {
     ),
     "cycle.py": {"full_cycle_median_s", "incremental_cycle_median_s", "peak_rss_mb"},
     "sim_replay.py": {"openb_replay_s", "synthetic_100k_s", "peak_rss_mb"},
+    # MIG re-partitioning against the best static layout: the ratio and what it divides.
+    "elastic_mig.py": {
+        "mig_wait_ratio",
+        "planner_mean_wait_s",
+        "best_static_mean_wait_s",
+        "proportional_static_mean_wait_s",
+        "static_layouts_tried",
+        "uniform_layouts_usable",
+        "reconfigurations",
+    },
     "trace_load.py": each(
         ("philly", "generic_mapped", "generic_native"), ("jobs", "seconds", "rows_per_s")
     ),

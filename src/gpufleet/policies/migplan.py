@@ -314,3 +314,9 @@ def recut_for(nodes: Sequence[Node], profile: str) -> list[Node]:
                 gpus[j] = replace(gpu, mig=table.layouts[best])
         out.append(replace(node, gpus=tuple(gpus)))
     return out
+
+
+def supported_layouts(model: str) -> list[tuple[tuple[str, int], ...]]:
+    """Every MIG layout ``model`` supports, one per distinct count of instances per
+    profile (the planner's candidates, MIG off left out), in the planner's order."""
+    return [layout for layout in _layouts(model).layouts if layout is not None]
