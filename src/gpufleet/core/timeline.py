@@ -37,6 +37,18 @@ from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
 NEVER = np.iinfo(np.int64).max // 4
 """A time later than any real one: 'not within the horizon'."""
+_EARLIEST = np.iinfo(np.int64).min
+_TRUE = np.ones(1, dtype=np.bool_)
+
+
+def _after_true(flags: BoolArray) -> BoolArray:
+    """True, then ``flags`` (``np.r_[True, flags]``, which costs more than the pass itself)."""
+    return np.concatenate((_TRUE, flags))
+
+
+def _then(values: IntArray, last: int) -> IntArray:
+    """``values``, then ``last``."""
+    return np.concatenate((values, np.array([last], dtype=values.dtype)))
 
 
 @dataclass
@@ -94,9 +106,9 @@ class Blocks:
         ends, rank = np.unique(end, return_inverse=True)
         width = len(ends)
         reach = ends[np.maximum.accumulate(node * width + rank.ravel()) - node * width]
-        first = np.r_[True, (node[1:] != node[:-1]) | (start[1:] > reach[:-1])]
+        first = _after_true((node[1:] != node[:-1]) | (start[1:] > reach[:-1]))
         heads = np.flatnonzero(first)
-        tails = np.r_[heads[1:] - 1, len(node) - 1]
+        tails = _then(heads[1:] - 1, len(node) - 1)
         self.node, self.start, self.end = node[heads], start[heads], reach[tails]
 
     def usable(self, at: int, length: int) -> BoolArray:
@@ -110,15 +122,15 @@ class Blocks:
         if not len(self.node):
             return times.copy()
         node = self.node
-        new = np.r_[True, node[1:] != node[:-1]]
+        new = _after_true(node[1:] != node[:-1])
         # The free gaps of each node: before each span (from the previous one's
         # end) and after its last span.
-        gap_from = np.where(new, np.iinfo(np.int64).min, np.r_[0, self.end[:-1]])
+        gap_from = np.where(new, _EARLIEST, np.concatenate(([0], self.end[:-1])))
         at = np.maximum(times[node], gap_from)
         fits = at + length <= self.start
         out = times.copy()
         out[node] = NEVER  # set below from the gaps
-        last = np.r_[np.flatnonzero(new)[1:] - 1, len(node) - 1]
+        last = _then(np.flatnonzero(new)[1:] - 1, len(node) - 1)
         np.minimum.at(out, node[last], np.maximum(times[node[last]], self.end[last]))
         np.minimum.at(out, node[fits], at[fits])
         return np.where(times >= NEVER, NEVER, out)
@@ -221,8 +233,8 @@ class Timeline:
         order = np.lexsort((times, nodes))
         nodes, times = nodes[order], times[order]
         # The k-th instance in time order on a node: its rank within the node's run.
-        starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-        rank = np.arange(len(nodes)) - np.repeat(starts, np.diff(np.r_[starts, len(nodes)]))
+        starts = np.flatnonzero(_after_true(nodes[1:] != nodes[:-1]))
+        rank = np.arange(len(nodes)) - np.repeat(starts, np.diff(_then(starts, len(nodes))))
         kth = rank == r.mig_count - 1
         out[nodes[kth]] = times[kth]
         return out
@@ -297,7 +309,7 @@ class _Releases:
         """One ``_Releases`` per amount released by the same events (sorted once)."""
         order = np.lexsort((time, slot))
         slot, time = slot[order], time[order]
-        first = np.r_[True, slot[1:] != slot[:-1]] if len(slot) else slot.astype(np.bool_)
+        first = _after_true(slot[1:] != slot[:-1]) if len(slot) else slot.astype(np.bool_)
         out = []
         for amount in amounts:
             amount = amount[order]
@@ -314,7 +326,7 @@ class _Releases:
             return out
         ok = np.flatnonzero(free[self.slot] + self.cum >= need)
         slot = self.slot[ok]
-        first = ok[np.r_[True, slot[1:] != slot[:-1]]] if len(ok) else ok
+        first = ok[_after_true(slot[1:] != slot[:-1])] if len(ok) else ok
         out[self.slot[first]] = np.minimum(out[self.slot[first]], self.time[first])
         return out
 
