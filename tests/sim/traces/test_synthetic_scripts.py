@@ -72,12 +72,13 @@ def test_a_user_asks_the_same_limit_for_the_same_script_and_size() -> None:
     assert sum(len(v) == 1 for v in limits.values()) / len(limits) > 0.9
 
 
-def test_fixed_limit_users_ask_one_limit_for_everything() -> None:
-    shape = HABITS.model_copy(update={"limit_fixed_share": 1.0})
-    limits: dict[str, set[int | None]] = {}
-    for j in generate(2000, seed=5, gpus_total=64, shape=shape):
-        limits.setdefault(j.user, set()).add(j.time_limit_s)
-    assert all(len(v) == 1 for v in limits.values())
+def test_users_who_set_no_limit_get_the_default_unless_a_job_needs_more() -> None:
+    shape = HABITS.model_copy(update={"limit_fixed_share": 1.0, "limit_default_h": 12})
+    jobs = generate(2000, seed=5, gpus_total=64, shape=shape)
+    per_job = generate(2000, seed=5, gpus_total=64, shape=shape.model_copy(
+        update={"limit_fixed_share": 0.0}))
+    for j, own in zip(jobs, per_job, strict=True):
+        assert j.time_limit_s == max(12 * 3600, own.time_limit_s or 0)
 
 
 def test_habit_limits_rank_jobs_worse_than_per_job_limits() -> None:

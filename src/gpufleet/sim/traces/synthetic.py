@@ -38,10 +38,11 @@ once with numpy (100,000 jobs take well under a second to draw):
   the smallest that covers that factor times what the job is expected to
   run: its script's typical duration grown with its GPUs (the same line in
   the same batch script, whatever this run's jitter), or its own duration
-  without scripts. A share ``limit_fixed_share`` of users keeps one limit
-  for everything, the one their longest script needs. Such limits rank
-  jobs only coarsely (most short jobs ask for the same hour or two), as
-  limits in Slurm and Philly logs do.
+  without scripts. A share ``limit_fixed_share`` of users never sets a
+  limit and gets the site's default, ``limit_default_h`` (24 hours), unless
+  a job needs more. Such limits rank jobs only coarsely (most short jobs ask
+  for the same hour or two, and the default's users all alike), as the
+  modal, round estimates of production logs do.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -108,6 +109,7 @@ class WorkloadShape(BaseModel):
     limit_overestimate_min: float = Field(1.0, ge=1)
     limit_habits: bool = False
     limit_fixed_share: float = Field(0.25, ge=0, le=1)
+    limit_default_h: int = Field(24, gt=0)
     scripts: int = Field(0, ge=0)
     script_jitter: float = Field(0.1, ge=0, lt=1)
     checkpoint_interval_s: int = Field(1800, gt=0)
@@ -349,15 +351,13 @@ def _habit_limits(
     factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, shape.users)
     fixed = rng.random(shape.users) < shape.limit_fixed_share
     ladder = np.array(LIMIT_LADDER_H, dtype=np.float64) * 3600
-    need = factor[users] * expected
-    # A fixed-limit user asks for what their most demanding job needs, for every job.
-    most = np.zeros(shape.users)
-    np.maximum.at(most, users, need)
-    need = np.where(fixed[users], most[users], need)
-    need = np.maximum(need, durations)
+    need = np.maximum(factor[users] * expected, durations)
     rung = np.minimum(np.searchsorted(ladder, need), len(ladder) - 1)
-    limits: NDArray[np.int64] = np.maximum(ladder[rung], durations).astype(np.int64)
-    return limits
+    limits = np.maximum(ladder[rung], durations)
+    # A user who sets no limit gets the default, and says more only when a job needs more.
+    limits = np.where(fixed[users], np.maximum(limits, shape.limit_default_h * 3600), limits)
+    result: NDArray[np.int64] = limits.astype(np.int64)
+    return result
 
 
 def _normalised(weights: list[float]) -> FloatArray:
