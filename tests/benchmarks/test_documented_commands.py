@@ -142,6 +142,9 @@ KEYS: dict[str, set[str]] = {
         ("fifo-strict", "fifo-easy", "multifactor-conservative"),
         ("wall_s", "cycles", "cycles_skipped", "waiting_mean", "waiting_peak", "share_deep"),
     ),
+    # Runtime prediction: the medians, and each seed's mean JCTs (the quick run has seed 1).
+    "elastic_predict.py": {"pred_jct_over_oracle", "pred_jct_over_limits"}
+    | each(["1"], ("limits", "predicted", "oracle"), "seeds"),
     "dashboard.py": {"first_load_s", "map_s", "map_bytes", "render_s"},
     "metrics.py": {"scrape_s", "collect_s", "lock_s", "samples", "bytes", "gzip_bytes"},
     "heartbeats.py": {"agents", "heartbeat_p99_ms", "heartbeat_p50_ms", "failover_s"}
