@@ -4,7 +4,8 @@ A command is a ``python benchmarks/SCRIPT.py ...`` line of a fenced block or
 an inline code span in ``README.md`` or ``docs/*.md`` (a block's ``#``
 comment is not part of it). Each runs under bash exactly as written, with
 ``--quick`` added unless it has it, from a directory holding a copy of the
-clone's ``benchmarks/`` (so nothing a script writes lands in the clone). A
+clone's ``benchmarks/`` and ``examples/`` (the policy files some replay), so
+nothing a script writes lands in the clone. A
 script no page names runs as ``python benchmarks/SCRIPT.py --json --quick``.
 
 ``QuickRuns`` runs each command once and keeps the result; the session's one
@@ -90,14 +91,15 @@ class QuickRun:
 
 
 class QuickRuns:
-    """Runs each command once, from one copy of ``benchmarks/``."""
+    """Runs each command once, from one copy of ``benchmarks/`` and ``examples/``."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.done: dict[str, QuickRun] = {}
-        shutil.copytree(
-            ROOT / "benchmarks", work / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
-        )
+        for folder in ("benchmarks", "examples"):
+            shutil.copytree(
+                ROOT / folder, work / folder, ignore=shutil.ignore_patterns("__pycache__")
+            )
 
     def of(self, script: str) -> QuickRun:
         """The run of the script's first documented command (``--json --quick`` if none)."""
