@@ -163,7 +163,7 @@ BAD = [
         "gpus.mig.1: GPU 1 is given two layouts",
     ),
     (GROUP + "gpus = { model = 'L4', count = 1, mig = { 0 = '1g.6gb' } }\n", "not support MIG"),
-    ("[cluster]\nname = 'x'\n", "cluster.toml: cluster: unknown key (known: nodes)"),
+    ("[cluster]\nname = 'x'\n", "cluster.toml: cluster: unknown key (known: nodes, pools)"),
     ("", "nodes: declare at least one [[nodes]] group"),
     ("[[nodes]\n", "not valid TOML"),
 ]

@@ -112,6 +112,15 @@ KEYS: dict[str, set[str]] = {
         "uniform_layouts_usable",
         "reconfigurations",
     },
+    # Autoscaling against the pool fixed at its maximum size.
+    "elastic_autoscale.py": {
+        "autoscale_cost_ratio",
+        "autoscale_jct_ratio",
+        "autoscale_cost",
+        "fixed_cost",
+        "autoscale_mean_jct_s",
+        "fixed_mean_jct_s",
+    },
     "trace_load.py": each(
         ("philly", "generic_mapped", "generic_native"), ("jobs", "seconds", "rows_per_s")
     ),

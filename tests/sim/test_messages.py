@@ -17,8 +17,8 @@ QOS_KEYS = (
 )
 
 POLICY_CASES = [
-    ("nvme = 1", "policy: nvme: unknown key (known: ordering, placement, backfill, "
-     "preemption, qos, partitions, accounts, users, reservations, predict, mig, windows)"),
+    ("nvme = 1", "policy: nvme: unknown key (known: ordering, placement, backfill, preemption, "
+     "qos, partitions, accounts, users, reservations, predict, mig, windows, autoscale)"),
     ("[[qos]]\nname = 'fast'\nnvme = 1", f"policy: qos.fast.nvme: unknown key (known: {QOS_KEYS})"),
     ("[[partitions]]\nname = 'gpu'\nnodes = 'a'", "policy: partitions.gpu.nodes: must be a list"),
     ("[[qos]]\npriority = 1", "policy: qos.1.name: required"),

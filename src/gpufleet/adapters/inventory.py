@@ -9,7 +9,9 @@ naming the file, the group (1-based, with its ``names``) and the key.
 ``load_cluster`` reads a file; ``nodes_from_groups`` reads the ``[[nodes]]``
 array of a document parsed elsewhere (the controller's configuration file
 embeds node groups) and can collect one error per bad group instead of
-stopping at the first.
+stopping at the first. A file may also declare node pools, ``[[pools]]``
+(``core.pools``): ``load_cluster_file`` returns both, ``pools_from_tables``
+reads the array from a parsed document.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.core import mig
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.model import GPU, InvalidSpec, Node
+from gpufleet.core.pools import NodePool
 
 GROUP_KEYS = ("names", "pool", "switch", "cpu_milli", "memory_mib", "labels", "gpus")
+POOL_KEYS = ("name", "min_nodes", "max_nodes", "boot_s", "price_gpu_hour", "partitions")
+"""A pool's own keys; the node keys of a group but ``names`` and ``pool`` describe its node."""
+POOL_NODE_KEYS = ("switch", "cpu_milli", "memory_mib", "labels", "gpus")
 GPU_KEYS = ("model", "count", "memory_mib", "nvlink", "numa", "mig")
 NVLINK_MODES = ("all", "pairs", "none")
 MAX_HOSTS = 100_000
@@ -157,10 +163,20 @@ class _Group:
 
 
 def load_cluster(path: Path | str) -> list[Node]:
-    """Read a cluster file and return its nodes, in the order declared.
+    """Read a cluster file and return its nodes, in the order declared (its pools are
+    left out: ``load_cluster_file``).
 
     Node names must be unique across the whole file. GPU memory defaults to the
     catalog's size for the model. Raise ClusterFileError on any problem.
+    """
+    return load_cluster_file(path)[0]
+
+
+def load_cluster_file(path: Path | str) -> tuple[list[Node], list[NodePool]]:
+    """Read a cluster file: its nodes and its node pools, each in the order declared.
+
+    A file needs at least one node group or one pool; no pool node name may
+    be a declared node's. Raise ClusterFileError on any problem.
     """
     path = Path(path)
     try:
@@ -168,12 +184,97 @@ def load_cluster(path: Path | str) -> list[Node]:
     except UnreadableToml as e:
         raise ClusterFileError(path, None, None, str(e)) from None
     for key in doc:
-        if key != "nodes":
-            raise ClusterFileError(path, None, key, "unknown key (known: nodes)")
-    groups = doc.get("nodes")
-    if not isinstance(groups, list) or not groups:
+        if key not in ("nodes", "pools"):
+            raise ClusterFileError(path, None, key, "unknown key (known: nodes, pools)")
+    groups, tables = doc.get("nodes", []), doc.get("pools", [])
+    for key, value in (("nodes", groups), ("pools", tables)):
+        if not isinstance(value, list):
+            raise ClusterFileError(path, None, key, f"must be an array of tables, [[{key}]]")
+    if not groups and not tables:
         raise ClusterFileError(path, None, "nodes", "declare at least one [[nodes]] group")
-    return nodes_from_groups(groups, path)
+    nodes = nodes_from_groups(groups, path)
+    return nodes, pools_from_tables(tables, path, [n.name for n in nodes])
+
+
+def group_table(node: Node) -> dict[str, Any]:
+    """The ``[[nodes]]`` group that declares just ``node`` (what ``_read_group`` reads back
+    as an equal node): for an agent's inventory file, or a site's script, to describe it."""
+    table: dict[str, Any] = {
+        "names": node.name,
+        "pool": node.pool,
+        "switch": node.switch,
+        "cpu_milli": node.cpu_milli,
+        "memory_mib": node.memory_mib,
+        "labels": dict(node.labels),
+    }
+    if node.gpus:
+        first = node.gpus[0]
+        table["gpus"] = {
+            "model": first.model,
+            "count": len(node.gpus),
+            "memory_mib": first.memory_mib,
+            "nvlink": [g.nvlink_domain for g in node.gpus],
+            "numa": [g.numa for g in node.gpus],
+            "mig": {
+                str(g.index): ",".join(f"{profile}@{start}" for profile, start in g.mig)
+                for g in node.gpus
+                if g.mig is not None
+            },
+        }
+    return table
+
+
+def pools_from_tables(
+    tables: Sequence[object], source: Path | str, node_names: Sequence[str] = ()
+) -> list[NodePool]:
+    """The pools of parsed ``[[pools]]`` tables; ``node_names`` are the declared nodes,
+    which no pool node may be named as. Raise ClusterFileError naming the pool and key."""
+    pools: list[NodePool] = []
+    taken = dict.fromkeys(node_names, "a [[nodes]] group")
+    for index, table in enumerate(tables, start=1):
+        group = _Group(source, index, table)
+        pool = _read_pool(group)
+        if any(p.name == pool.name for p in pools):
+            raise group.fail("name", f"pool {pool.name!r} is declared twice")
+        if pool.max_nodes > MAX_HOSTS:
+            raise group.fail("max_nodes", f"must be at most {MAX_HOSTS:,}, got {pool.max_nodes}")
+        for name in pool.names():
+            if name in taken:
+                raise group.fail("name", f"its node {name!r} is also declared in {taken[name]}")
+            taken[name] = group.label
+        pools.append(pool)
+    return pools
+
+
+def _read_pool(group: _Group) -> NodePool:
+    table = group.table
+    name = table.get("name")
+    group.label = f"pool {group.index}" + (f" ({name})" if isinstance(name, str) else "")
+    group.check_keys(table, POOL_KEYS + POOL_NODE_KEYS, "")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}", name):
+        raise group.fail("name", f"must be letters, digits, '_', '.' or '-', got {name!r}")
+    partitions = table.get("partitions", [])
+    if not isinstance(partitions, list) or not all(isinstance(p, str) for p in partitions):
+        raise group.fail("partitions", "must be a list of partition names")
+    price = table.get("price_gpu_hour", 0.0)
+    if isinstance(price, bool) or not isinstance(price, int | float):
+        raise group.fail("price_gpu_hour", f"must be a number, got {price!r}")
+    node_table = {k: v for k, v in table.items() if k in POOL_NODE_KEYS}
+    shape = _Group(group.path, group.index, {"names": f"{name}-0", "pool": name, **node_table})
+    shape.label = group.label
+    (template,) = _read_group(shape)
+    try:
+        return NodePool(
+            name=name,
+            template=template,
+            min_nodes=group.integer(table, "min_nodes", 0),
+            max_nodes=group.integer(table, "max_nodes", None),
+            boot_s=group.integer(table, "boot_s", 0),
+            price_gpu_hour=float(price),
+            partitions=tuple(partitions),
+        )
+    except InvalidSpec as e:
+        raise group.fail(e.field, e.reason) from None
 
 
 def nodes_from_groups(

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.cli import sim_predict, sim_sweep
+from gpufleet.cli import sim_autoscale, sim_predict, sim_sweep
 from gpufleet.cli.sim_run import SingleValueCommand, check_out_dir, register
 from gpufleet.policies.registry import PLACEMENT, UnknownPolicy
 from gpufleet.sim.fill import FillRun
@@ -27,6 +27,7 @@ sim = typer.Typer(help="Simulate placement over cluster traces.", no_args_is_hel
 register(sim)
 sim_sweep.register(sim)
 sim_predict.register(sim)
+sim_autoscale.register(sim)
 
 MAX_SEEDS = 10_000
 _SEED_PART = re.compile(r"(\d+)(?:-(\d+))?")

@@ -28,7 +28,7 @@ from rich.table import Table
 from typer.core import TyperCommand, TyperOption
 
 from gpufleet.core.model import InvalidSpec
-from gpufleet.sim.cluster import load_cluster_arg
+from gpufleet.sim.cluster import load_elastic_arg
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
 from gpufleet.sim.labels import NOT_MEASURED_NOTE, SUMMARY_ROWS
@@ -145,7 +145,7 @@ def _replay_all(
     cluster: str, trace: str, profiles: Sequence[SimProfile]
 ) -> tuple[list[SimResult], list[dict[str, Any]], list[str]]:
     """The replays, their summaries, and a warning per profile whose ordering misleads."""
-    nodes = load_cluster_arg(cluster)
+    nodes, pools = load_elastic_arg(cluster)
     jobs: list[TraceJob] = load_trace(trace)
     if not jobs:
         raise TraceError(trace, None, None, "holds no jobs")
@@ -153,7 +153,7 @@ def _replay_all(
     results, summaries = [], []
     for p in profiles:
         with _progress(len(jobs), p.name) as on_progress:
-            result = replay(nodes, jobs, p, on_progress)
+            result = replay(nodes, jobs, p, on_progress, pools)
         results.append(result)
         summaries.append(summarize(result, p.config.deadline_factor))
     return results, summaries, warnings

@@ -51,6 +51,10 @@ text, so it stays pure)::
     min_interval_s = 3600             # one GPU's changes at least this far apart
     reconfigure_s = 60                # the simulator's time a change takes
 
+    [autoscale]                       # node pools grow and shrink (policies.autoscale)
+    pending_s = 120
+    idle_s = 600
+
     [[windows]]                       # time-of-day overrides (policies.windows)
     name = "night"
     start = "20:00"
@@ -78,6 +82,7 @@ from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, PartitionState, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Request
 from gpufleet.core.protocols import Ordering, Preemptor
+from gpufleet.policies.autoscale import AutoscaleArgs
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.migplan import MigArgs, MigPlanner
@@ -210,6 +215,7 @@ class PolicyConfig(_Strict):
     predict: PredictArgs | None = None
     mig: MigArgs = Field(default_factory=MigArgs)
     windows: tuple[WindowConfig, ...] = ()
+    autoscale: AutoscaleArgs | None = None
 
 
 class Policy:

@@ -45,6 +45,13 @@ them): at each time the open windows change, the scheduling profile, QoS
 and partitions switch to that set's (``Regime``), and the result lists the
 switches.
 
+**Autoscaling** (``sim.autoscale``): with a ``Fleet``, the pools' nodes
+come and go. The pools' ``min_nodes`` are up from the start; after each
+instant with a cycle, a run's end, a booted node or the autoscaler's wake
+time, the fleet decides, a node asked for comes up ``boot_s`` later, and an
+idle node deleted leaves at once. Every job is checked against the cluster
+at the pools' full size, so one only a pool node can hold waits for it.
+
 **Work.** A run lasts the job's remaining work or its time limit, whichever
 is less; a run cut by its limit ends the job as timed out. A run stopped by
 preemption or a node failure keeps the work up to its last checkpoint (a
@@ -74,10 +81,12 @@ from gpufleet.core.plan import Plan
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.engine.book import JobBook, RunEnd, Started
 from gpufleet.engine.estimates import Estimates
+from gpufleet.engine.fleet import Fleet
 from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.migplan import recut_for
 from gpufleet.policies.windows import WindowSwitch
+from gpufleet.sim.autoscale import SimProvider
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.traces.record import TraceJob
@@ -259,6 +268,17 @@ class SimResult:
     """Each time the open policy windows changed, and the windows open from then."""
     reconfigurations: int = 0
     """MIG layout changes begun (``policies.migplan``)."""
+    fleet: FleetReport | None = None
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    """What the pools' nodes cost over a replay with autoscaling (billed to its end)."""
+
+    cost: float
+    gpu_hours: float
+    created: int
+    deleted: int
 
 
 @dataclass(frozen=True)
@@ -269,6 +289,9 @@ class Regime:
     qos: dict[str, QoS]
     partitions: dict[str, Partition]
 
+
+SCALE_AFTER = frozenset({Kind.JOB_END, Kind.PREEMPT, Kind.NODE_BOOT, Kind.SCALE})
+"""Events after which the fleet may decide differently (besides a cycle)."""
 
 ProgressFn = Callable[[int, int], None]
 """Called with (jobs finished, jobs in all) as the replay advances."""
@@ -282,7 +305,8 @@ class Simulation:
     account to its fairshare shares (its entitlement; 1 when absent).
     ``reservations`` become the snapshot's advance reservations, each
     starting and ending with an event. ``estimates`` estimates each job's
-    runtime at its arrival; ``windows`` switches the policy by the hour.
+    runtime at its arrival; ``windows`` switches the policy by the hour;
+    ``fleet`` grows and shrinks its node pools (``nodes`` are the others).
     """
 
     def __init__(
@@ -302,8 +326,20 @@ class Simulation:
         progress: ProgressFn | None = None,
         estimates: Estimates | None = None,
         windows: WindowSwitch[Regime] | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        self.queue = EventQueue()
+        self.fleet = fleet
+        self.provider = SimProvider(self.queue)
+        self.scale_at: int | None = None  # the SCALE event due, if any
+        pools = fleet.order if fleet is not None else ()
+        initial = [p.node(p.node_name(k)) for p in pools for k in range(1, p.min_nodes + 1)]
+        nodes = [*nodes, *initial]
+        more = [range(p.min_nodes + 1, p.max_nodes + 1) for p in pools]
+        every = [
+            *nodes, *(p.node(p.node_name(k)) for p, ks in zip(pools, more, strict=True) for k in ks)
+        ]
         self.estimates = estimates
         self.windows = windows
         self.name = name or scheduling.ordering.NAME
@@ -311,11 +347,10 @@ class Simulation:
         self.qos = qos or default_qos(preempt=scheduling.preemption is not None)
         self.fairshare = fairshare
         self.progress = progress
-        self.queue = EventQueue()
         self.records: dict[str, JobRecord] = {}
         self.now = 0
         self.done = 0
-        self._build_records(nodes, jobs, reservations)
+        self._build_records(every, jobs, reservations)
         names = sorted({r.job.partition for r in self.records.values()})
         self.trace_partitions = {n: Partition(n) for n in names}
         self.book = JobBook(
@@ -444,20 +479,28 @@ class Simulation:
         self.now = self.last_advance = self.last_start = first or 0
         if self.windows is not None:
             self._switch_windows()
+        if self.fleet is not None:
+            for member in self.state.nodes:
+                self.fleet.adopt(member.name, self.now)
         self.next_sample = self.now
         reported = -1
         while len(self.queue) and self.done < total:
             t = self.queue.peek_time()
             assert t is not None
             self._advance(t)
-            wanted = False
+            wanted = scale = False
             while len(self.queue) and self.queue.peek_time() == t:
                 ev = self.queue.pop()
+                scale |= ev.kind in SCALE_AFTER
                 if self._handle(ev):
                     wanted = True
                     self.settled &= ev.kind is Kind.SCHEDULE or self._beyond_cut(ev)
             if wanted:
+                cycles = self.cycles
                 self._maybe_cycle(t)
+                scale |= self.cycles != cycles
+            if scale and self.fleet is not None:
+                self._scale()
             self._sample()
             if self.progress is not None and self.done != reported:
                 reported = self.done
@@ -468,7 +511,11 @@ class Simulation:
         self._advance(max(end, self.now))
         self._sample(force=True)
         start = min((r.trace.submit_time for r in self.records.values()), default=0)
+        fleet = self.fleet
         return SimResult(
+            fleet=None
+            if fleet is None
+            else FleetReport(fleet.cost(end), fleet.gpu_hours(end), fleet.created, fleet.deleted),
             profile=self.name,
             jobs=list(self.records.values()),
             samples=self.samples,
@@ -496,7 +543,14 @@ class Simulation:
         ):
             return False  # a window opening later, or a GPU re-cut later, may let them run
         return self.cycles > 0 and not self.queue.holds(
-            {Kind.ARRIVAL, Kind.RESERVATION, Kind.NODE_REPAIR, Kind.MIG_READY}
+            {
+                Kind.ARRIVAL,
+                Kind.RESERVATION,
+                Kind.NODE_REPAIR,
+                Kind.MIG_READY,
+                Kind.NODE_BOOT,
+                Kind.SCALE,
+            }
         )
 
     def _advance(self, t: int) -> None:
@@ -561,6 +615,12 @@ class Simulation:
                 node, _, gpu = str(ev.key).rpartition(":")
                 self.book.reconfigured(node, int(gpu))
                 return True
+            case Kind.NODE_BOOT:
+                return self._booted(str(ev.key))
+            case Kind.SCALE:
+                if ev.time == self.scale_at:
+                    self.scale_at = None
+                return False
             case _:  # Kind.SCHEDULE
                 if ev.key == "deferred":
                     self.deferred = False
@@ -725,6 +785,39 @@ class Simulation:
         assert self.faults is not None
         self.book.node_up(node)
         self.queue.push(self.now + self.faults.fail_after(), Kind.NODE_FAIL, node)
+
+    # -- autoscaling -----------------------------------------------------------
+    def _scale(self) -> None:
+        """Let the fleet decide (module docstring) and carry out its orders."""
+        assert self.fleet is not None
+        reasons: dict[str, str] = {}
+        planned: set[str] = set()
+        if self.last is not None:
+            snapshot, plan = self.last
+            reasons = plan.reasons
+            names = snapshot.state.nodes  # the plan's node indices are that state's
+            planned = {names[i].name for ix in plan.expected_nodes.values() for i in ix}
+        orders = self.fleet.step(self.book, reasons, planned, self.now)
+        for pool, name in orders.delete:
+            if name in self.state.index:
+                self.book.remove_node(name)
+            self.provider.delete(pool, name, self.now)
+        for pool, node in orders.create:
+            self.provider.create(pool, node, self.now)
+        wake = orders.wake
+        if wake is not None and wake > self.now and (self.scale_at is None or wake < self.scale_at):
+            self.scale_at = wake
+            self.queue.push(wake, Kind.SCALE)
+
+    def _booted(self, name: str) -> bool:
+        """A pool node's boot is over: it joins the cluster (unless deleted meanwhile)."""
+        assert self.fleet is not None
+        node = self.provider.booted(name)
+        if node is None:
+            return False
+        self.book.add_node(node)
+        self.fleet.joined(name, self.now)
+        return True
 
     # -- time series -----------------------------------------------------------
     def _sample(self, *, force: bool = False) -> None:

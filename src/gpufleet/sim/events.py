@@ -1,7 +1,7 @@
 """The simulator's event queue: virtual time, ordered by (time, priority, sequence).
 
 Events at the same time run in ``Kind`` order, so that what frees resources
-(job ends, the end of a preemption's grace time, repairs) happens before what
+(job ends, the end of a preemption's grace time, repairs, booted nodes) happens before what
 consumes them (arrivals) and the scheduling cycle comes last. Events of the
 same time and kind run in the order they were pushed (SimPy's rule), which
 makes every replay deterministic.
@@ -27,10 +27,12 @@ class Kind(IntEnum):
     NODE_FAIL = 3
     NODE_REPAIR = 4
     MIG_READY = 5  # a GPU's MIG layout change is done: its new instances take work
-    RESERVATION = 6  # a reservation starts or ends: the gate's answer changes
-    WINDOW = 7  # policy windows open or close: the policy changes
-    ARRIVAL = 8
-    SCHEDULE = 9
+    NODE_BOOT = 6  # a pool node asked for is up (sim.autoscale)
+    RESERVATION = 7  # a reservation starts or ends: the gate's answer changes
+    WINDOW = 8  # policy windows open or close: the policy changes
+    ARRIVAL = 9
+    SCHEDULE = 10
+    SCALE = 11  # the autoscaler's wake time: after the instant's cycle
 
 
 class Event(NamedTuple):

@@ -214,6 +214,12 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
         cycles=result.cycles,
         wall_s=result.wall_s,
     )
+    if result.fleet is not None:  # what the pools' nodes cost (sim.autoscale)
+        summary.update(
+            pool_cost=result.fleet.cost,
+            pool_gpu_hours=result.fleet.gpu_hours,
+            pool_nodes_created=result.fleet.created,
+        )
     if result.windows:  # when the policy switched, and to which windows
         summary["windows"] = [{"at": at, "open": list(names)} for at, names in result.windows]
     return summary

@@ -48,12 +48,14 @@ from gpufleet.core.accounts import Account, User
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
+from gpufleet.core.pools import NodePool
 from gpufleet.engine.estimates import Estimates
 from gpufleet.policies.config import Policy, PolicyConfig, overlay
 from gpufleet.policies.predict import QuantilePredictor
 from gpufleet.policies.priority import Multifactor
 from gpufleet.policies.validation import first_problem
 from gpufleet.policies.windows import Windows, WindowSwitch
+from gpufleet.sim.autoscale import fleet_for
 from gpufleet.sim.driver import (
     ProgressFn,
     Regime,
@@ -261,9 +263,11 @@ def replay(
     jobs: Sequence[TraceJob],
     profile: SimProfile,
     progress: ProgressFn | None = None,
+    pools: Sequence[NodePool] = (),
 ) -> SimResult:
     """Replay ``jobs`` on ``nodes`` under ``profile``; fairshare usage is tracked for
-    multifactor ordering."""
+    multifactor ordering. ``pools`` grow and shrink under the profile's ``[autoscale]``
+    table (its defaults without one)."""
     workload = [t.request for t in jobs]
     sched = profile.build(workload, profile.config.seed)
     ordering = sched.ordering
@@ -284,5 +288,6 @@ def replay(
         progress=progress,
         estimates=Estimates(QuantilePredictor(predict)) if predict is not None else None,
         windows=profile_windows(profile, workload) if profile.policy.config.windows else None,
+        fleet=fleet_for(pools, profile.policy.config.autoscale) if pools else None,
     )
     return sim.run()

@@ -126,7 +126,7 @@ def test_options_text() -> None:
             "limit_overestimate_min, limit_habits, limit_fixed_share, limit_default_h, scripts, "
             "script_jitter, checkpoint_interval_s, "
             "checkpoint_share, cpu_milli_per_gpu, memory_mib_per_gpu, "
-            "partition, mig_share, mig_profile)",
+            "partition, mig_share, mig_profile, daily_swing, peak_hour)",
         ),
         ("n_jobs=5,seed=1,gpus_total=8,load", "synthetic: load: expected key=value"),
         ("n_jobs=0,seed=1,gpus_total=8", "synthetic: n_jobs: must be more than zero, got 0"),

@@ -15,7 +15,10 @@ once with numpy (100,000 jobs take well under a second to draw):
   ``[min_duration_s, max_duration_s]``.
 * **Arrival** from a Poisson process whose rate makes the offered load
   (GPU-seconds asked per second over ``gpus_total``) equal ``load`` for the
-  sizes and durations drawn.
+  sizes and durations drawn. With ``daily_swing`` a > 0 the rate follows
+  the day: ``rate x (1 + a cos(2 pi (t - peak_hour h) / 24 h))``, highest
+  at ``peak_hour`` and lowest twelve hours later, the same mean load
+  (arrivals are the same draws, moved along the day; time 0 is midnight).
 * **User** from a Zipf law over ``users`` users (exponent ``user_skew``, so
   a few users submit most jobs); each user belongs to one of ``accounts``
   accounts, themselves drawn by a Zipf law, so accounts differ in size.
@@ -119,6 +122,8 @@ class WorkloadShape(BaseModel):
     partition: str = "gpu"
     mig_share: float = Field(0.0, ge=0, le=1)
     mig_profile: str = ""
+    daily_swing: float = Field(0.0, ge=0, lt=1)
+    peak_hour: float = Field(14.0, ge=0, lt=24)
 
     @property
     def mig_profiles(self) -> list[str]:
@@ -221,6 +226,8 @@ def generate(
         durations = durations.astype(np.int64)
         # The same Poisson arrivals at the rate that keeps the offered load.
         submits = np.floor(submits * float(np.mean(gpus * durations)) / was).astype(np.int64)
+    if shape.daily_swing:
+        submits = _daily(submits, shape.daily_swing, shape.peak_hour)
     if shape.limit_habits:
         limits = _habit_limits(rng, shape, users, durations, expected)
     else:
@@ -302,6 +309,26 @@ def generate_from_options(text: str) -> list[TraceJob]:
         raise TraceError("synthetic", None, field, message(WorkloadShape, first)) from None
     except InvalidSpec as e:
         raise TraceError("synthetic", None, e.field, e.reason) from None
+
+
+DAY_S = 86_400
+
+
+def _daily(submits: NDArray[np.int64], swing: float, peak_hour: float) -> NDArray[np.int64]:
+    """Arrivals of a constant rate moved so that the rate follows the day (module docstring).
+
+    With the cumulative rate L(t) = t + a D / 2 pi (sin(w t - p) + sin p), w = 2 pi / D,
+    an arrival at u of the constant-rate process moves to L^-1(u) (L grows strictly
+    for a < 1, so the order is kept).
+    """
+    phase = 2 * np.pi * peak_hour / 24
+    horizon = float(submits[-1]) * 1.5 + 2 * DAY_S
+    t = np.arange(0.0, horizon, 60.0)
+    cumulative = t + swing * DAY_S / (2 * np.pi) * (
+        np.sin(2 * np.pi * t / DAY_S - phase) + np.sin(phase)
+    )
+    moved: NDArray[np.int64] = np.floor(np.interp(submits, cumulative, t)).astype(np.int64)
+    return moved
 
 
 def _request(size: float, shape: WorkloadShape) -> Request:
