@@ -81,6 +81,7 @@ def server(
     from gpufleet.api.app import create_app
     from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
+    from gpufleet.controller.scaling import served_at
     from gpufleet.controller.service import Controller
     from gpufleet.controller.setup import setup_from_config
 
@@ -97,7 +98,9 @@ def server(
         fail("--data", f"{data}: {e.strerror or e}")
     sock = listen(host, port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    setup = setup_from_config(built, loaded.to_dict())
+    bound_host, bound_port = sock.getsockname()[:2]
+    url = f"http://{bound_host}:{bound_port}"
+    setup = served_at(setup_from_config(built, loaded.to_dict()), url)
     controller = Controller(setup=setup, db_url=db or sqlite_url(data))
     try:
         controller.start()
@@ -106,10 +109,7 @@ def server(
         fail("--db" if db else "--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
     try:
         app = create_app(controller, max_body_bytes=built.server.max_payload_bytes)
-        bound_host, bound_port = sock.getsockname()[:2]
-        logging.getLogger("gpufleet.server").info(
-            "listening on http://%s:%d (%s)", bound_host, bound_port, built.summary()
-        )
+        logging.getLogger("gpufleet.server").info("listening on %s (%s)", url, built.summary())
 
         class Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:

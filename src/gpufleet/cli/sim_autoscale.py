@@ -23,6 +23,7 @@ from rich.table import Table
 from gpufleet.cli.sim_run import JsonOpt, SingleValueCommand, TraceOpt, check_out_dir
 from gpufleet.core.model import InvalidSpec
 from gpufleet.policies.autoscale import AutoscaleArgs
+from gpufleet.policies.config import overlay
 from gpufleet.sim.autoscale import (
     FIXED,
     Point,
@@ -39,7 +40,6 @@ from gpufleet.sim.profile import (
     ProfileError,
     default_profile,
     load_profile,
-    overlay,
     profile_from_dict,
     replay,
 )

@@ -138,6 +138,7 @@ def up(
     from gpufleet.api.app import create_app
     from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
+    from gpufleet.controller.scaling import served_at
     from gpufleet.controller.service import Controller
     from gpufleet.controller.setup import setup_from_config
     from gpufleet.controller.tokens import issue_token
@@ -198,14 +199,15 @@ def up(
     except (SQLAlchemyError, OSError) as e:
         fail("--data", f"cannot prepare the store: {str(e).splitlines()[0]}", 1)
     sock = listen(host, port)
-    controller = Controller(setup=setup_from_config(built, loaded.to_dict()), db_url=url)
+    bound_host, bound_port = sock.getsockname()[:2]
+    api = f"http://{bound_host}:{bound_port}"
+    setup = served_at(setup_from_config(built, loaded.to_dict()), api)
+    controller = Controller(setup=setup, db_url=url)
     try:
         controller.start()
     except SQLAlchemyError as e:
         sock.close()
         fail("--data", f"cannot open the store: {str(e).splitlines()[0]}", 1)
-    bound_host, bound_port = sock.getsockname()[:2]
-    api = f"http://{bound_host}:{bound_port}"
     agent = node_agent(declared, runner, server=api, token=node_token, nvml=nvml)
     refused: list[Refused] = []
 

@@ -1,6 +1,7 @@
 """The controller's configuration: one TOML file, checked as a whole.
 
-The file has four parts (``docs/configuration.md`` lists every key)::
+The file has four parts, and two more for autoscaling (``docs/configuration.md``
+lists every key)::
 
     [server]          # the controller's own settings; every key has a default
     interval_s = 30
@@ -15,6 +16,11 @@ The file has four parts (``docs/configuration.md`` lists every key)::
     name = "alice"
     role = "user"
     accounts = ["vision"]
+    [[pools]]         # node pools the autoscaler grows and shrinks (cluster-file format)
+    name = "burst"    # with [policy.autoscale] and the [provider] that makes their nodes
+    max_nodes = 4
+    [provider]
+    kind = "command"
 
 ``load_config(path)`` reads and checks a file, ``config_from_dict(data,
 source)`` checks a document parsed elsewhere (the effective configuration the
@@ -50,15 +56,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups
+from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups, pools_from_tables
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.controller.alerts import AlertsConfig
 from gpufleet.controller.alerts import problems as alert_problems
+from gpufleet.controller.scaling import ProviderConfig
 from gpufleet.controller.setup import WindowPolicy
 from gpufleet.core.accounts import ROOT, AccountTree
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Node, Request
+from gpufleet.core.pools import NodePool
 from gpufleet.policies.config import Policy, PolicyConfig, UserConfig
 from gpufleet.policies.validation import entry_label
 from gpufleet.policies.validation import problems as describe
@@ -180,6 +188,8 @@ class ControllerConfig(_Strict):
     nodes: tuple[dict[str, Any], ...] = ()
     principals: tuple[PrincipalConfig, ...] = ()
     alerts: AlertsConfig | None = None
+    pools: tuple[dict[str, Any], ...] = ()
+    provider: ProviderConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready and TOML-shaped (no nulls); ``config_from_dict`` gives back an equal one."""
@@ -191,9 +201,17 @@ class ControllerConfig(_Strict):
         node_errors: list[ClusterFileError] = []
         nodes = nodes_from_groups(self.nodes, source, node_errors)
         problems += _node_problems(self.nodes, node_errors)
+        pools: list[NodePool] = []
+        try:
+            pools = pools_from_tables(self.pools, source, [n.name for n in nodes])
+        except ClusterFileError as e:
+            label = f"pools.{e.index}" if e.index else "pools"
+            problems.append(f"{label}.{e.key}: {e.reason}" if e.key else f"{label}: {e.reason}")
+        if pools and self.provider is None:
+            problems.append("provider: [[pools]] need a [provider] to create their nodes")
         problems += _policy_problems(self.policy)
         if self.nodes and not node_errors:
-            problems += _node_references(self.policy, nodes)
+            problems += _node_references(self.policy, nodes, pools)
         problems += _server_problems(self.server, self.policy)
         problems += _principal_problems(self.principals, self.policy)
         if self.alerts is not None:
@@ -215,6 +233,8 @@ class ControllerConfig(_Strict):
         return Built(
             server=self.server,
             nodes=tuple(nodes),
+            pools=tuple(pools),
+            provider=self.provider,
             policy=policy,
             principals={p.name: p for p in self.principals},
             default_partition=self.server.default_partition or partitions[0],
@@ -236,6 +256,8 @@ class Built:
     principals: Mapping[str, PrincipalConfig]
     default_partition: str
     default_qos: str
+    pools: tuple[NodePool, ...] = ()
+    provider: ProviderConfig | None = None
 
     @property
     def qos(self) -> Mapping[str, QoS]:
@@ -378,10 +400,12 @@ def _core_problems(entries: Iterable[BaseModel], value: Callable[..., object]) -
     return problems
 
 
-def _node_references(policy: PolicyConfig, nodes: Sequence[Node]) -> list[str]:
+def _node_references(
+    policy: PolicyConfig, nodes: Sequence[Node], node_pools: Sequence[NodePool] = ()
+) -> list[str]:
     """Partitions and reservations name nodes and pools that are declared."""
-    names = [n.name for n in nodes]
-    pools = sorted({n.pool for n in nodes})
+    names = [n.name for n in nodes] + [name for p in node_pools for name in p.names()]
+    pools = sorted({n.pool for n in nodes} | {p.name for p in node_pools})
     problems = []
     for p in policy.partitions:
         problems += _unknown(f"policy.partitions.{p.name}.nodes", p.nodes, names, "node")

@@ -119,6 +119,7 @@ from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.metrics import Observation, SchedulerMetrics, observe
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
 from gpufleet.controller.relayout import MigOrders
+from gpufleet.controller.scaling import LiveProvider, provider
 from gpufleet.controller.setup import ControllerSetup, ProfileFactory, WindowPolicy
 from gpufleet.controller.tokens import TokenCache, issue_token, list_tokens, revoke_token
 from gpufleet.controller.views import (
@@ -140,14 +141,16 @@ from gpufleet.controller.views import (
     UsageRow,
 )
 from gpufleet.core.accounts import AccountTree
-from gpufleet.core.cycle import SchedulingProfile, run_cycle
+from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, PreemptMode, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Node, Request
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.core.workload import WorkloadWindow, or_typical
 from gpufleet.engine.book import JobBook, Signalled
 from gpufleet.engine.estimates import Estimates
+from gpufleet.engine.fleet import Fleet
 from gpufleet.policies import prediction_error
+from gpufleet.policies.autoscale import AutoscaleArgs, autoscaler
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.predict import Features, QuantilePredictor
 from gpufleet.policies.windows import Windows, WindowSwitch
@@ -265,6 +268,9 @@ class Controller:
         self._next_switch: float | None = None  # the next window boundary
         self._loop: SchedulerLoop | None = None
         self._started = False
+        # Node pools (setup.pools): the fleet decides after each cycle, the provider acts.
+        self.fleet: Fleet | None = None
+        self.provider: LiveProvider | None = None
         self._derive()
         self.book = JobBook((), setup.qos, setup.partitions, reservations=setup.reservations)
         self.cycles = 0
@@ -286,6 +292,8 @@ class Controller:
             self.writer = GroupWriter(self.store)
             self._adopt_config()
             self._load()
+            if self.setup.pools and self.setup.provider is not None:
+                self._start_fleet()
             # What the store rebuilt lives as long as the service: the collector need not
             # walk it at every full collection, which a large cycle's allocations set off
             # several times (the first cycle after a restart: 3.7 s -> 0.9 s).
@@ -306,6 +314,9 @@ class Controller:
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
+        if self.provider is not None:
+            self.provider.close()
+            self.provider = None
         with self._lock:
             if self.writer is not None:
                 self.writer.stop()
@@ -1011,6 +1022,8 @@ class Controller:
                 self.book.add_node(new)
                 info = NodeInfo(node=new, state="unknown", source="agent")
                 self._nodes[node] = info
+            if self.fleet is not None:
+                self.fleet.joined(node, int(now))
             elif info.node != new and not self._on_node.get(node):
                 self.book.replace_node(new)
                 info.node = new
@@ -1586,6 +1599,8 @@ class Controller:
         self._commit(changes, statements)
         for node in {c.node for c in effects.relayouts}:
             self._bump(node)
+        if self.fleet is not None:
+            self._scale(plan, inow)
         self.metrics.cycle(
             time.perf_counter() - began,
             plan.stats,
@@ -1646,6 +1661,79 @@ class Controller:
         """``live`` ended by itself now: the predictor learns the length of its run."""
         if self._estimates is not None and live.start_time is not None:
             self._estimates.finished(live.job(), live.name, int(now - live.start_time))
+
+    # -- node pools --------------------------------------------------------------
+
+    def _start_fleet(self) -> None:
+        """The fleet over the configured pools, adopting pool nodes the store knows as up."""
+        assert self.setup.provider is not None
+        self.fleet = Fleet(self.setup.pools, autoscaler(self.setup.autoscale or AutoscaleArgs()))
+        self.provider = provider(self.setup.provider, self._node_token)
+        now = int(self.clock.now())
+        for name, info in self._nodes.items():
+            if info.state == "up":
+                self.fleet.adopt(name, now)
+
+    def _scale(self, plan: Plan, now: int) -> None:
+        """Ask the fleet after a cycle and carry out its orders: a node leaves the book
+        (and the store, and its token is revoked) before its provider deletes it."""
+        assert self.fleet is not None and self.provider is not None
+        names = self.book.state.nodes
+        planned = {names[i].name for ix in plan.expected_nodes.values() for i in ix}
+        reasons = {j: self._jobs[j].reason for j in self.book.pending if j in self._jobs}
+        orders = self.fleet.step(self.book, reasons, planned, now)
+        for pool, name in orders.delete:
+            if self._retire_node(name, now):
+                self.provider.delete(pool, name, now)
+            else:
+                self.fleet.adopt(name, now)  # a run came to it since: it stays
+        for pool, node in orders.create:
+            log.info("autoscale: pool %s asks for node %s", pool.name, node.name)
+            self.provider.create(pool, node, now)
+
+    def _retire_node(self, name: str, now: float) -> bool:
+        """Take an idle node out of the cluster for good; False while work is on it."""
+        if self._on_node.get(name) or (name in self.book.state.index and self._busy(name)):
+            return False
+        info = self._nodes.pop(name, None)
+        if info is not None:
+            self.book.remove_node(name)
+        for table in (self._facts, self._quiet, self._health, self._heartbeats, self._kills_sent):
+            table.pop(name, None)
+        revoked = [
+            tok.id
+            for tok in list_tokens(self.store)
+            if tok.node == name and tok.role == "node" and not tok.revoked
+        ]
+
+        def unit(conn: sa.Connection) -> None:
+            conn.execute(t.nodes.delete().where(t.nodes.c.name == name))
+            persist.audit(
+                conn, time=now, who="autoscale", action="node.delete", target=name, detail={}
+            )
+
+        self._writer().call(unit)
+        for token_id in revoked:
+            revoke_token(self._writer(), token_id=token_id, now=now, who="autoscale")
+        self._tokens.clear()
+        log.info("autoscale: node %s deleted", name)
+        return True
+
+    def _busy(self, name: str) -> bool:
+        return bool(self.book.on_node[self.book.state.index[name]])
+
+    def _node_token(self, name: str) -> str:
+        """A node token for a node the provider is about to create (for its agent)."""
+        created = issue_token(
+            self._writer(),
+            name=f"autoscale-{name}",
+            user=f"node-{name}",
+            role="node",
+            node=name,
+            now=self.clock.now(),
+            who="autoscale",
+        )
+        return created.token
 
     def _commit(self, changes: list[Change], statements: Sequence[sa.Executable] = ()) -> None:
         """Persist every change (and ``statements``) in one transaction, then apply the

@@ -15,12 +15,15 @@ from gpufleet.core.accounts import AccountTree
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import Node, Request
+from gpufleet.core.pools import NodePool
+from gpufleet.policies.autoscale import AutoscaleArgs
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.predict import PredictArgs
 from gpufleet.policies.windows import WindowConfig
 
 if TYPE_CHECKING:
     from gpufleet.controller.config import Built
+    from gpufleet.controller.scaling import ProviderConfig
 
 ProfileFactory = Callable[[Sequence[Request]], SchedulingProfile]
 """Builds a fresh scheduling profile for a workload (recent requests, for fgd/default)."""
@@ -109,6 +112,11 @@ class ControllerSetup:
     """The configuration document this setup was built from (the effective config at start)."""
     validate_config: Callable[[dict[str, Any]], None] | None = None
     """Checks a whole configuration document before a patch is stored (raises Invalid)."""
+    pools: Sequence[NodePool] = ()
+    """Node pools the autoscaler (``autoscale``; its defaults when None) grows and shrinks
+    through ``provider`` (``controller.scaling``)."""
+    autoscale: AutoscaleArgs | None = None
+    provider: ProviderConfig | None = None
     reconfigure: Callable[[Mapping[str, Any]], ControllerSetup] | None = None
     """The setup a patched configuration document describes (raises Invalid naming the key).
 
@@ -153,6 +161,9 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         windows=built.policy.config.windows,
         window_policy=built.windowed,
         document=document,
+        pools=built.pools,
+        autoscale=built.policy.config.autoscale,
+        provider=built.provider,
         reconfigure=rebuild_setup if document is not None else None,
     )
 
