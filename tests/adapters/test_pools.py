@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.test_inventory import GROUP, write
 from gpufleet.adapters.inventory import ClusterFileError, load_cluster, load_cluster_file
 
 POOL = """
@@ -21,19 +22,7 @@ memory_mib = 786432
 labels = { cloud = "yes" }
 gpus = { model = "A100-80GB", count = 8 }
 """
-NODES = """
-[[nodes]]
-names = "n[1-2]"
-cpu_milli = 8000
-memory_mib = 65536
-"""
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "cluster.toml"
-    path.write_text(text)
-    return path
-
+NODES = GROUP
 
 def test_pool_reads_every_key(tmp_path: Path) -> None:
     nodes, pools = load_cluster_file(write(tmp_path, NODES + POOL))

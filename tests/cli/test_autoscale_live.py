@@ -8,11 +8,11 @@ deletes the node and stops its agent.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-from cli.live import START_S, running_up
+from cli.live import running_up
+from deploy.live import until
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE_S = 4
@@ -27,16 +27,6 @@ def config(state_dir: Path) -> str:
         role = "operator" if user == "ops" else "user"
         text += f'\n[[principals]]\nname = "{user}"\nrole = "{role}"\n'
     return text
-
-
-def until(what: str, check: Any, timeout_s: float = START_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_local_pool_grows_runs_and_shrinks(tmp_path: Path) -> None:
