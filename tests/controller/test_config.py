@@ -98,7 +98,10 @@ def test_priority_calc_s_reaches_the_controller_setup() -> None:
 
 BAD = [
     # (file text, the one problem it has)
-    ("colour = 1\n", "colour: unknown key (known: server, policy, nodes, principals, alerts, pools, provider)"),
+    (
+        "colour = 1\n",
+        "colour: unknown key (known: server, policy, nodes, principals, alerts, pools, provider)",
+    ),
     ("[server]\ninterval = 5\n", "server.interval: unknown key (known: interval_s,"),
     ("[server]\ninterval_s = 0\n", "server.interval_s: must be greater than or equal to 1"),
     ("[server]\npriority_calc_s = -1\n", "server.priority_calc_s: must be greater"),

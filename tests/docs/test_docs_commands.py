@@ -63,7 +63,7 @@ FIRST_SHELL = {
     "README.md": "gpufleet up &\n"
     'until curl -sf "http://127.0.0.1:6817/healthz" > /dev/null; do sleep 1; done\n'
 }
-TIMEOUT_S = 240
+TIMEOUT_S = 360  # README.md starts two controllers and runs Prometheus and Alertmanager
 
 
 def runnable_blocks(text: str, which: str | tuple[str, ...]) -> list[str]:

@@ -41,6 +41,8 @@ def test_a_node_boots_for_waiting_work_and_idles_out() -> None:
     assert r.fleet is not None and (r.fleet.created, r.fleet.deleted) == (1, 0)
     # billed from 30 s to the end of the replay, 1130 s: 1100 s x 4 GPUs x 1.5 per GPU-h
     assert r.fleet.cost == pytest.approx(1100 / 3600 * 4 * 1.5)
+    # utilisation is measured against the pool at full size: 2 nodes x 4 GPUs
+    assert r.capacity_milli == 2 * 4 * 1000
 
 
 def test_idle_node_goes_then_a_new_one_boots() -> None:

@@ -50,7 +50,8 @@ come and go. The pools' ``min_nodes`` are up from the start; after each
 instant with a cycle, a run's end, a booted node or the autoscaler's wake
 time, the fleet decides, a node asked for comes up ``boot_s`` later, and an
 idle node deleted leaves at once. Every job is checked against the cluster
-at the pools' full size, so one only a pool node can hold waits for it.
+at the pools' full size, so one only a pool node can hold waits for it, and
+the result's capacity (what utilisation is measured against) is that size.
 
 **Work.** A run lasts the job's remaining work or its time limit, whichever
 is less; a run cut by its limit ends the job as timed out. A run stopped by
@@ -340,6 +341,8 @@ class Simulation:
         every = [
             *nodes, *(p.node(p.node_name(k)) for p, ks in zip(pools, more, strict=True) for k in ks)
         ]
+        # Utilisation is measured against the cluster at the pools' full size.
+        self.full_milli = sum(len(n.gpus) for n in every) * MILLI if pools else None
         self.estimates = estimates
         self.windows = windows
         self.name = name or scheduling.ordering.NAME
@@ -519,7 +522,7 @@ class Simulation:
             profile=self.name,
             jobs=list(self.records.values()),
             samples=self.samples,
-            capacity_milli=self.state.gpu_milli_installed,
+            capacity_milli=self.full_milli or self.state.gpu_milli_installed,
             start=start,
             end=end,
             windows=self.windows.switches if self.windows is not None else [],
