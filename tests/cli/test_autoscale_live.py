@@ -58,3 +58,6 @@ def test_local_pool_grows_runs_and_shrinks(tmp_path: Path) -> None:
         entries = api.get("/v1/audit", params={"limit": 1000}).json()["entries"]
         deleted = [e["target"] for e in entries if e["action"] == "node.delete"]
         assert deleted == ["burst-1"], entries
+        # the node token the controller issued for the agent is revoked with the node
+        tokens = [t for t in api.get("/v1/tokens").json() if t["node"] == "burst-1"]
+        assert tokens and all(t["revoked"] for t in tokens), tokens
