@@ -8,6 +8,7 @@ deletes the node and stops its agent.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,12 @@ def test_local_pool_grows_runs_and_shrinks(tmp_path: Path) -> None:
         entries = api.get("/v1/audit", params={"limit": 1000}).json()["entries"]
         deleted = [e["target"] for e in entries if e["action"] == "node.delete"]
         assert deleted == ["burst-1"], entries
+        # /metrics: the pool is empty again, and its node cost something while it existed
+        metrics = api.get("/metrics").text
+        assert 'gpufleet_pool_nodes{pool="burst",state="up"} 0.0' in metrics
+        assert 'gpufleet_pool_nodes{pool="burst",state="booting"} 0.0' in metrics
+        cost = re.search(r'gpufleet_pool_cost\{pool="burst"\} (\S+)', metrics)
+        assert cost is not None and float(cost[1]) > 0, metrics
         # the node token the controller issued for the agent is revoked with the node
         tokens = [t for t in api.get("/v1/tokens").json() if t["node"] == "burst-1"]
         assert tokens and all(t["revoked"] for t in tokens), tokens

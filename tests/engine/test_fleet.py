@@ -60,11 +60,14 @@ def test_billing_from_request_to_deletion() -> None:
     f, b = fleet(pending_s=0, idle_s=1000), book()
     submit(b, "j", 4, 0)
     f.step(b, {"j": RESOURCES}, (), 0)  # gpu-01 asked for at 0
+    assert f.counts() == {"gpu": (1, 0)}  # booting
     b.withdraw("j")
     b.add_node(POOL.node("gpu-01"))
     f.joined("gpu-01", 100)
     # 3600 s x 4 GPUs x 3.0 per GPU-hour = 12.0, booting included
     assert f.cost(3600) == pytest.approx(12.0)
+    assert f.pool_costs(3600) == {"gpu": pytest.approx(12.0)}
+    assert f.counts() == {"gpu": (0, 1)}  # none booting, one up
     assert f.gpu_hours(3600) == pytest.approx(4.0)
     orders = f.step(b, {}, (), 1100)  # idle since 100, 1000 s later
     assert [name for _, name in orders.delete] == ["gpu-01"]

@@ -139,6 +139,27 @@ def scheduler_families(view: Observation) -> Iterator[Metric]:
     yield from _node_families(view)
     yield from _partition_families(view)
     yield from _fairshare_families(view)
+    yield from _pool_families(view)
+
+
+def _pool_families(view: Observation) -> Iterator[Metric]:
+    nodes = GaugeMetricFamily(
+        "gpufleet_pool_nodes",
+        "Nodes of each autoscaled pool, booting (asked for, not yet registered) and up.",
+        labels=("pool", "state"),
+    )
+    cost = GaugeMetricFamily(
+        "gpufleet_pool_cost",
+        "What each pool's nodes have cost since the controller started (node-hours x GPUs "
+        "x price per GPU-hour, booting included).",
+        labels=("pool",),
+    )
+    for p in view.pools:
+        nodes.add_metric((p.name, "booting"), p.booting)
+        nodes.add_metric((p.name, "up"), p.up)
+        cost.add_metric((p.name,), p.cost)
+    yield nodes
+    yield cost
 
 
 def _node_families(view: Observation) -> Iterator[Metric]:

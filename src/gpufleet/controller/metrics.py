@@ -159,6 +159,16 @@ class PartitionView:
     idle_gpus: int
 
 
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A node pool: its nodes booting and up, and what they have cost since the start."""
+
+    name: str
+    booting: int
+    up: int
+    cost: float
+
+
 @dataclass(frozen=True)
 class Observation:
     """The controller's memory at one instant, as ``/metrics`` reports it.
@@ -178,6 +188,7 @@ class Observation:
     partitions: Sequence[PartitionView]
     fairshare: Sequence[FairshareRow]
     heartbeat_interval_s: float
+    pools: Sequence[PoolView] = ()
 
     def holders(self) -> dict[tuple[str, int], tuple[Holder, ...]]:
         """Each held GPU's holders by (node, GPU index)."""

@@ -116,7 +116,7 @@ from gpufleet.controller.live import (
     start_row,
 )
 from gpufleet.controller.loop import SchedulerLoop
-from gpufleet.controller.metrics import Observation, SchedulerMetrics, observe
+from gpufleet.controller.metrics import Observation, PoolView, SchedulerMetrics, observe
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
 from gpufleet.controller.relayout import MigOrders
 from gpufleet.controller.scaling import LiveProvider, provider
@@ -898,7 +898,7 @@ class Controller:
         """The queue, nodes, GPU holders and fairshare as ``/metrics`` reports them: read
         from memory under the lock, never from the store. The route checks the role."""
         with self._lock:
-            return observe(
+            view = observe(
                 now=self.clock.now(),
                 jobs=self._jobs.values(),
                 nodes=self._nodes,
@@ -910,6 +910,14 @@ class Controller:
                 ledger=self.book.ledger,
                 heartbeat_interval_s=self.setup.heartbeat_interval_s,
             )
+            if self.fleet is None:
+                return view
+            costs = self.fleet.pool_costs(int(view.now))
+            pools = [
+                PoolView(name, booting, up, costs[name])
+                for name, (booting, up) in self.fleet.counts().items()
+            ]
+            return replace(view, pools=pools)
 
     # -- accounting --------------------------------------------------------------
 

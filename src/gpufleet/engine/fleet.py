@@ -172,10 +172,22 @@ class Fleet:
             out[m.pool] += now - m.created
         return out
 
-    def cost(self, now: int) -> float:
-        """What every pool node has cost so far: node-seconds x GPUs x price per GPU-second."""
+    def pool_costs(self, now: int) -> dict[str, float]:
+        """What each pool's nodes have cost so far: node-seconds x the node's price."""
         seconds = self.node_seconds(now)
-        return sum(seconds[name] * pool.price_per_s() for name, pool in self.pools.items())
+        return {name: seconds[name] * pool.price_per_s() for name, pool in self.pools.items()}
+
+    def cost(self, now: int) -> float:
+        """What every pool node has cost so far."""
+        return sum(self.pool_costs(now).values())
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Each pool's nodes booting and up."""
+        out = dict.fromkeys(self.pools, (0, 0))
+        for m in self.members.values():
+            booting, up = out[m.pool]
+            out[m.pool] = (booting + (m.joined is None), up + (m.joined is not None))
+        return out
 
     def gpu_hours(self, now: int) -> float:
         """GPU-hours billed so far, over all pools."""
