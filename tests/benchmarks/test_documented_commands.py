@@ -151,6 +151,15 @@ KEYS: dict[str, set[str]] = {
         ("fifo-strict", "fifo-easy", "multifactor-conservative"),
         ("wall_s", "cycles", "cycles_skipped", "waiting_mean", "waiting_peak", "share_deep"),
     ),
+    # The contract: its five figures, and each part's time.
+    "elastic.py": {
+        "pred_jct_over_oracle",
+        "pred_jct_over_limits",
+        "mig_wait_ratio",
+        "autoscale_cost_ratio",
+        "autoscale_jct_ratio",
+    }
+    | each(("predict", "mig", "autoscale"), ["seconds"], "parts"),
     # Runtime prediction: the medians, and each seed's mean JCTs (the quick run has seed 1).
     "elastic_predict.py": {"pred_jct_over_oracle", "pred_jct_over_limits"}
     | each(["1"], ("limits", "predicted", "oracle"), "seeds"),
