@@ -16,10 +16,11 @@ start in Slurm (both counted from the first submission):
 * ``far_pct``: % of jobs whose starts differ by more than 30 s;
 * ``mean_diff_s``: mean of (replay start - Slurm start).
 
-The export is replayed twice: as imported (``imported``: gpufleet's cycle,
-backfilling at every event and every ``bf_interval``), and with Slurm's pass
-structure (``slurm_passes``: ``backfill.interval_s = bf_interval``, so only
-every ``bf_interval`` a backfill pass and Slurm's main pass between).
+The export is replayed twice: as imported (``imported``: Slurm's structure, a
+backfill pass every ``bf_interval`` and its main pass on the events between,
+with starts estimated as Slurm's select plugin estimates them), and under
+gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
+``will_run_window_s = 0``, so backfill at every event, with exact estimates).
 
 With ``--export FILE --conf DIR`` no Slurm runs: a saved export and the
 folder of its ``slurm.conf``, ``gres.conf`` and ``sacctmgr`` tables are
@@ -135,7 +136,7 @@ def run_slurm(tools: Path, jobs: list[dict[str, int]], out: Path) -> Path:
     return out / "sacct.txt"
 
 
-def compare(export: Path, conf: Path, slurm_passes: bool) -> dict[str, float]:
+def compare(export: Path, conf: Path, own_cycle: bool) -> dict[str, float]:
     """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
     qos, assoc = conf / "qos.txt", conf / "assoc.txt"
     imported = import_slurm(
@@ -145,8 +146,8 @@ def compare(export: Path, conf: Path, slurm_passes: bool) -> dict[str, float]:
         assoc=assoc if assoc.exists() else None,
     )
     policy = imported.policy
-    if slurm_passes:
-        policy["backfill"]["interval_s"] = policy["sim"]["interval_s"]  # bf_interval
+    if own_cycle:
+        policy["backfill"].update(interval_s=0, will_run_window_s=0)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Path(tmp) / "cluster.toml"
         cluster.write_text(tomli_w.dumps(imported.cluster))
@@ -212,12 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "seed": args.seed if args.export is None else None,
         "jobs_submitted": jobs if args.export is None else None,
-        "imported": compare(export, conf, slurm_passes=False),
-        "slurm_passes": compare(export, conf, slurm_passes=True),
+        "imported": compare(export, conf, own_cycle=False),
+        "gpufleet_cycle": compare(export, conf, own_cycle=True),
         "export": str(export),
     }
     if not args.json:
-        for name in ("imported", "slurm_passes"):
+        for name in ("imported", "gpufleet_cycle"):
             print(name, result[name], file=sys.stderr)
     print(json.dumps(result))
     return 0

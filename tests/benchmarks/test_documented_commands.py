@@ -145,7 +145,7 @@ KEYS: dict[str, set[str]] = {
         "pending_in_book",
     },
     # Replay against real Slurm: the replay columns (the quick run replays an export).
-    "vs_slurm.py": each(("imported", "slurm_passes"), ("spearman", "far_pct", "mean_diff_s")),
+    "vs_slurm.py": each(("imported", "gpufleet_cycle"), ("spearman", "far_pct", "mean_diff_s")),
     # A row per policy: wall time, cycles (skipped), mean and peak waiting, deep share.
     "backlog.py": each(
         ("fifo-strict", "fifo-easy", "multifactor-conservative"),

@@ -78,6 +78,8 @@ def dig(doc: dict[str, Any], dotted: str) -> object:
         ("sim.priority_calc_s", 300),  # PriorityCalcPeriod=5
         ("ordering.multifactor.calc_period_s", 300),  # and age follows it
         ("sim.interval_s", 5),  # a cycle at least every bf_interval
+        ("backfill.interval_s", 5),  # a backfill pass every bf_interval, main passes between
+        ("backfill.will_run_window_s", 30),  # cons_tres's will-run test batches ends by 30 s
     ],
 )
 def test_the_policy_says_what_slurm_said(

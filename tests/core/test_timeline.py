@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from builders import cluster, job, node
 from gpufleet.core.state import Assignment, IntArray
-from gpufleet.core.timeline import NEVER, Blocks, Timeline
+from gpufleet.core.timeline import NEVER, Blocks, Timeline, WillRun
 
 
 def whole(node_: int, *gpus: int) -> Assignment:
@@ -69,6 +69,80 @@ def test_a_hold_is_rounded_down_to_the_resolution_and_ends_are_exact() -> None:
     # Slurm: start 1001 -> 960, end 1601 -> 1560.
     assert planned.hold == (960, 1560)
     assert tl.hold(1001, 30) == (960, 1020)  # shorter than a step: one step
+
+
+# -- Slurm's will-run estimates ---------------------------------------------------------
+# Times are seconds after 17:00 of a real Slurm 22.05 run (bf_resolution=60), whose
+# backfill pass at 17:46:19 logged these planned starts (DebugFlags=Backfill).
+
+
+def hms(text: str) -> int:
+    m, s = text.split(":")
+    return int(m) * 60 + int(s)
+
+
+def test_ends_are_taken_off_in_batches_30_s_wide_then_doubling() -> None:
+    ends = np.array([hms(t) for t in ("47:14", "47:45", "47:57", "48:04", "48:10", "48:50",
+                                       "49:03", "49:46", "50:52")])
+    got = WillRun().batched(ends, hms("46:19"), ends)
+    # First batch: up to 47:30 + 30 s; then to 47:30 + 60 s, + 120 s, + 240 s.
+    assert [t - 2760 for t in got.tolist()] == [
+        hms(t) - 2760 for t in ("47:57", "47:57", "47:57", "48:10", "48:10", "49:03",
+                                "49:03", "50:52", "50:52")
+    ]
+    # bf_window_linear=60: windows of 30, 90, 150 s past 47:30.
+    linear = WillRun(30, 60).batched(ends, hms("46:19"), ends)
+    assert linear.tolist()[3:8] == [hms(t) for t in ("48:50",) * 3 + ("49:46",) * 2]
+    # Times at or before now stay; so do ends on nodes the estimate does not look at.
+    assert WillRun().batched(np.array([100, hms("52:00")]), 200, ends).tolist() == [
+        100, hms("52:00")
+    ]
+
+
+SLURM = WillRun()
+
+
+def running_at(
+    state_nodes: int, jobs: list[tuple[int, int, str]], will_run: WillRun | None = SLURM
+) -> tuple[Timeline, int]:
+    """A timeline at 46:19 over 8-GPU nodes with ``jobs`` as (node, GPUs, end)."""
+    state = cluster(*(node(f"n{i}").gpus(8) for i in range(state_nodes)))
+    tl = Timeline(state, now=hms("46:19"), resolution=60, will_run=will_run)
+    used = [0] * state_nodes
+    for k, (n, gpus, end) in enumerate(jobs):
+        a = whole(n, *range(used[n], used[n] + gpus))
+        used[n] += gpus
+        state.allocate(a)
+        tl.add(f"r{k}", [a], hms(end))
+    return tl, state_nodes
+
+
+def test_a_planned_start_is_the_last_end_of_its_batch_on_the_best_fitting_node() -> None:
+    # As Slurm planned its 8-GPU job 50: at 48:10, the last end of the second batch
+    # (exactly: 48:04, when n1 empties). A 2-GPU job: at 47:45, the first batch's
+    # last end, on n0, where 2 GPUs are free then (exactly: 47:14, on n2, with 6).
+    jobs = [(0, 2, "47:45"), (0, 6, "50:13"), (1, 8, "48:04"), (2, 6, "47:14"), (2, 2, "48:10")]
+    tl, n = running_at(3, jobs)
+    everywhere = np.ones(n, np.bool_)
+    big = tl.earliest(job().gpus(8).build(), everywhere, 300, Blocks.none(n))
+    assert big is not None and (big.start, big.nodes.tolist()) == (hms("48:10"), [1])
+    small = tl.earliest(job().gpus(2).build(), everywhere, 240, Blocks.none(n))
+    assert small is not None and (small.start, small.nodes.tolist()) == (hms("47:45"), [0])
+    exact = running_at(3, jobs, None)[0]
+    plain = exact.earliest(job().gpus(2).build(), everywhere, 240, Blocks.none(n))
+    assert plain is not None and (plain.start, plain.nodes.tolist()) == (hms("47:14"), [2])
+
+
+def test_the_batches_skip_jobs_on_nodes_a_hold_keeps() -> None:
+    # As for Slurm's job 42: n0 is held from 47:00, so its job ending 47:14 does not
+    # start the batches; the first is 47:45's, so the batch runs to 48:30 and the
+    # start is its last end, 48:10, not 47:57.
+    tl, n = running_at(3, [(0, 8, "47:14"), (1, 6, "47:45"), (1, 2, "47:57"),
+                           (2, 8, "48:10")])
+    held = Blocks.none(n)
+    held.add(np.array([0]), hms("47:00"), hms("52:00"))
+    planned = tl.earliest(job().gpus(2).build(), np.ones(n, np.bool_), 240, held)
+    assert planned is not None and (planned.start, planned.nodes.tolist()) == (hms("48:10"), [1])
 
 
 # -- properties -------------------------------------------------------------------------

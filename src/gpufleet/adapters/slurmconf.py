@@ -63,6 +63,7 @@ _SCHEDULER_KEYS = (
     "bf_resolution",
     "bf_max_job_test",
     "bf_continue",
+    "bf_window_linear",
     "default_queue_depth",
 )
 
@@ -446,9 +447,16 @@ class _Translator:
                 self.conf, line, "bf_max_job_test", values["bf_max_job_test"]
             )
         self.bf_interval = _integer(self.conf, line, "bf_interval", values.get("bf_interval", "30"))
-        # backfill.interval_s stays 0: Slurm's main passes between backfill passes
-        # reproduced real runs less well than backfilling in every cycle
-        # (docs/benchmarks.md, replay against Slurm); a cycle every bf_interval.
+        # Slurm's structure: a backfill pass every bf_interval (its backfill thread),
+        # the main scheduler's passes on events between them.
+        bf["interval_s"] = self.bf_interval
+        # Starts estimated as cons_tres's will-run test does: running jobs' ends in
+        # batches 30 s wide, then doubling, or growing by bf_window_linear.
+        bf["will_run_window_s"] = 30
+        if "bf_window_linear" in values:
+            bf["will_run_linear_s"] = _integer(
+                self.conf, line, "bf_window_linear", values["bf_window_linear"]
+            )
         if "default_queue_depth" in values:
             self.note("SchedulerParameters=default_queue_depth")
         return bf

@@ -332,7 +332,10 @@ class _Cycle:
         self.plan.clocked = bf is not None and self.backfill is None  # the pass is due later
         self.plan.backfilled = self.backfill is not None
         resolution = self.backfill.resolution if self.backfill else 1
-        self.timeline = Timeline(self.state, now, resolution, snapshot.running, cache.running)
+        will_run = self.backfill.will_run if self.backfill else None
+        self.timeline = Timeline(
+            self.state, now, resolution, snapshot.running, cache.running, will_run
+        )
         # Nodes kept for planned starts and for exclusive jobs, per time span.
         self.planned = Blocks.none(self.state.num_nodes)
         self.shapes: dict[tuple[Request, str, str, Constraints], _Shape] = {}

@@ -19,7 +19,7 @@ from gpufleet.core.model import Request
 from gpufleet.core.plan import Plan, Relayout
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import BoolArray, ClusterState
-from gpufleet.core.timeline import Blocks
+from gpufleet.core.timeline import Blocks, WillRun
 
 
 class Ordering(Protocol):
@@ -106,13 +106,15 @@ class Backfill(Protocol):
 
     ``planned`` is how many starts this cycle already planned, ``tested`` how
     many jobs it already tried to place. ``horizon`` is the latest start worth
-    planning (Slurm's bf_window); ``resolution`` rounds holds down (bf_resolution).
+    planning (Slurm's bf_window); ``resolution`` rounds holds down (bf_resolution);
+    ``will_run`` estimates starts as Slurm's select plugin does (None: exactly).
     ``runs_at`` says whether a cycle at ``now`` backfills, given when the last
     cycle that did ran (``Snapshot.last_backfill``; None: never); a cycle that
     does not runs as if there were no backfill plugin (Slurm's main pass).
     """
 
     resolution: int
+    will_run: WillRun | None
 
     def wants_planned_start(self, planned: int) -> bool: ...
 

@@ -20,19 +20,32 @@ A planned start holds its nodes from its start to its end, both rounded down
 to the backfill resolution, as Slurm rounds its backfill reservations
 (``Timeline.hold``): the hold begins early, so short jobs may not slip in
 just before it.
+
+With ``WillRun`` the timeline estimates as Slurm 22.05's backfill does
+(``Timeline.earliest``). Its select plugin (cons_tres ``_will_run_test``)
+takes the running jobs off in batches by expected end: the first batch holds
+every end up to one 30 s window past the first multiple of 30 s after the
+first end, each later batch reaches a window further, the window doubling
+each time (``bf_window_linear`` makes it grow by a constant instead). The job
+starts at the last end of the first batch after which it fits, so estimates
+lose precision the further ahead they are, and only jobs on the nodes no hold
+keeps count. The planned nodes are those the job would be placed on then,
+best fit first (fewest GPUs free, then lowest index), not those that free up
+first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from functools import partial
 
 import numpy as np
 
 from gpufleet.core.columns import Rows
 from gpufleet.core.fit import mig_instances, static_gpu_ok
 from gpufleet.core.job import RunningJob
-from gpufleet.core.model import Request
+from gpufleet.core.model import MILLI, Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
 NEVER = np.iinfo(np.int64).max // 4
@@ -117,6 +130,11 @@ class Blocks:
         ok[self.node[(self.start < at + length) & (self.end > at)]] = False
         return ok
 
+    def next_end(self, after: int, nodes: BoolArray) -> int | None:
+        """The first end of a span on ``nodes`` after ``after`` (None: none)."""
+        ends = self.end[nodes[self.node] & (self.end > after)]
+        return int(ends.min()) if len(ends) else None
+
     def shift(self, times: IntArray, length: int) -> IntArray:
         """Per node, the first time >= ``times`` at which a job of ``length`` fits around blocks."""
         if not len(self.node):
@@ -134,6 +152,38 @@ class Blocks:
         np.minimum.at(out, node[last], np.maximum(times[node[last]], self.end[last]))
         np.minimum.at(out, node[fits], at[fits])
         return np.where(times >= NEVER, NEVER, out)
+
+
+@dataclass(frozen=True)
+class WillRun:
+    """Slurm's start estimates (see the module docstring): the first batch window in
+    seconds, and how much each later one grows (0: it doubles; ``bf_window_linear``)."""
+
+    window: int = 30
+    linear: int = 0
+
+    def batched(self, times: IntArray, now: int, ends: IntArray) -> IntArray:
+        """``times`` after ``now`` moved to the last end of their batch; the batches are
+        made of ``ends`` (the jobs the estimate looks at), later times stay."""
+        ends = np.unique(ends[ends > now])
+        if not len(ends):
+            return times
+        first = int(ends[0])
+        barrier = first - first % self.window + self.window
+        width = self.window
+        last = np.empty(len(ends), dtype=np.int64)
+        i = 0
+        while i < len(ends):
+            # The batch: at least the next end, and every end within the window.
+            j = max(i + 1, int(np.searchsorted(ends, barrier + width, side="right")))
+            last[i:j] = ends[j - 1]
+            i = j
+            while i < len(ends) and ends[i] > barrier + width:
+                width = width + self.linear if self.linear else width * 2
+        # A time after the last batch (a job on a node not looked at) stays.
+        at = np.minimum(np.searchsorted(ends, times), len(ends) - 1)
+        late = (times > now) & (times <= ends[-1])
+        return np.where(late, last[at], times)
 
 
 @dataclass(frozen=True)
@@ -157,34 +207,45 @@ class Timeline:
         resolution: int = 60,
         running: Sequence[RunningJob] = (),
         flattened: RunningEvents | None = None,
+        will_run: WillRun | None = None,
     ) -> None:
         """``running`` hold their assignments until their expected ends (read lazily).
 
         ``flattened``, kept by the caller across timelines, saves flattening
-        the same running jobs' assignments again.
+        the same running jobs' assignments again. ``will_run``: estimate as
+        Slurm does (module docstring); None: exactly.
         """
         self.state = state
+        self.will_run = will_run
         self.now = now
         self.resolution = max(1, resolution)
         self._running = running
         self._flattened = flattened if flattened is not None else RunningEvents()
         self._removed: set[str] = set()
         self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
+        self._holders: _Flat | None = None
         self._built: _Events | None = None
+        self._batched: dict[tuple[bytes, int], _Events] = {}
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
         self._added[key] = (end, tuple(assignments))
-        self._built = None
+        self._changed()
 
     def remove(self, key: str) -> None:
         """``key`` no longer holds anything (it was preempted or finished)."""
         self._removed.add(key)
         self._added.pop(key, None)
-        self._built = None
+        self._changed()
 
-    def _events(self) -> _Events:
-        if self._built is None:
+    def _changed(self) -> None:
+        self._holders = None
+        self._built = None
+        self._batched.clear()
+
+    def _flat(self) -> _Flat:
+        """Every holder's assignments and end, as flat arrays."""
+        if self._holders is None:
             flat = self._flattened
             rows = flat.rows(self._running)
             gone = self._removed | self._added.keys()
@@ -194,17 +255,38 @@ class Timeline:
             live = np.zeros(len(flat.objects), dtype=np.bool_)
             live[rows] = True
             running = flat.flat().where(live)
-            added = _Flat.of(list(self._added.values()))
-            self._built = _Events.build(self.state, running.then(added), self.now)
-        return self._built
+            self._holders = running.then(_Flat.of(list(self._added.values())))
+        return self._holders
 
-    def node_times(self, r: Request) -> IntArray:
+    def _events(self, seen: BoolArray | None = None, since: int = 0) -> _Events:
+        """Release events; with ``will_run`` and ``seen``, batched as Slurm's will-run
+        test batches them for a start from ``since``: over the holders on the
+        ``seen`` nodes (it skips jobs on none of the nodes it may use) that
+        are still running then."""
+        if self.will_run is None or seen is None:
+            if self._built is None:
+                self._built = _Events.build(self.state, self._flat(), self.now)
+            return self._built
+        key = seen.tobytes(), since
+        built = self._batched.get(key)
+        if built is None:
+            flat = self._flat()
+            batch = partial(self.will_run.batched, now=since, ends=flat.end[seen[flat.node]])
+            flat = replace(
+                flat, end=batch(flat.end), g_end=batch(flat.g_end), m_end=batch(flat.m_end)
+            )
+            built = self._batched[key] = _Events.build(self.state, flat, self.now)
+        return built
+
+    def node_times(self, r: Request, ev: _Events | None = None) -> IntArray:
         """Per node, the earliest time one task of ``r`` fits there (NEVER if it never does).
 
         Counts only releases; the state must already hold every holder's
-        allocation, so capacity only grows along the timeline.
+        allocation, so capacity only grows along the timeline. ``ev``: the
+        events to read (``_events``).
         """
-        st, ev, now = self.state, self._events(), self.now
+        st, now = self.state, self.now
+        ev = ev or self._events()
         t = np.where(st.healthy, now, NEVER)
         t = np.maximum(t, ev.cpu.first(st.cpu_free, r.cpu_milli, now))
         t = np.maximum(t, ev.mem.first(st.mem_free, r.memory_mib, now))
@@ -256,6 +338,9 @@ class Timeline:
         ``whole_nodes`` (an exclusive job) a node counts only once every
         holder on it has let go.
         """
+        if self.will_run is not None:
+            since = max(self.now, not_before)
+            return self._will_run(r, nodes, length, blocks, since, horizon, whole_nodes)
         t = np.maximum(self.node_times(r), max(self.now, not_before))
         if whole_nodes:
             t = np.maximum(t, self._events().node_idle())
@@ -280,6 +365,61 @@ class Timeline:
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(first[candidates], kind="stable")[:k]]
         return PlannedStart(start, np.sort(chosen), self.hold(start, length))
+
+    def _will_run(
+        self,
+        r: Request,
+        nodes: BoolArray,
+        length: int,
+        blocks: Blocks,
+        since: int,
+        horizon: int,
+        whole_nodes: bool,
+    ) -> PlannedStart | None:
+        """``earliest`` as Slurm's backfill finds it (sched/backfill ``_attempt_backfill``).
+
+        From ``since`` on: ask the will-run estimate (batched ends, on the nodes
+        no hold keeps over the whole job, boundary included) for a start and
+        the nodes that fit best then; if those overlap a hold, or a hold ends
+        before that start (more nodes then), try again from there.
+        """
+        k = r.nodes
+        while since <= horizon:
+            seen = nodes & blocks.usable(since, length + 1)
+            later = blocks.next_end(since, nodes)
+            ev = self._events(seen, since)
+            t = np.maximum(self.node_times(r, ev), since)
+            if whole_nodes:
+                t = np.maximum(t, ev.node_idle())
+            t = np.where(seen, t, NEVER)
+            if int((t < NEVER).sum()) >= k:
+                start = int(np.partition(t, k - 1)[k - 1])
+                if later is not None and start > later:
+                    since = later
+                    continue
+                if start > horizon:
+                    return None
+                candidates = np.flatnonzero(t <= start)
+                fit = np.argsort(self._gpus_free(start, ev)[candidates], kind="stable")
+                chosen = candidates[fit[:k]]
+                hold = self.hold(start, length)
+                if blocks.usable(hold[0], hold[1] - hold[0])[chosen].all():
+                    return PlannedStart(start, np.sort(chosen), hold)
+                # Its hold, begun early, overlaps another: as Slurm, try from there
+                # (a step on when that is where this try began).
+                since = start if start > since else since + self.resolution
+            elif later is None:
+                return None
+            else:
+                since = later
+        return None
+
+    def _gpus_free(self, at: int, ev: _Events) -> IntArray:
+        """Per node, the whole GPUs free at ``at`` (best fit ranks the fewest first)."""
+        st = self.state
+        whole = ev.milli.first(st.gpu_milli_free.ravel(), MILLI, self.now)
+        free: IntArray = (whole.reshape(st.gpu_milli_free.shape) <= at).sum(axis=1)
+        return free
 
     def hold(self, start: int, length: int) -> tuple[int, int]:
         """The span a planned start holds its nodes: start and end rounded down to

@@ -28,6 +28,12 @@ runs at most once per interval, and the cycles in between are Slurm's main
 scheduler passes, which plan no start and stop each partition at its first
 job that cannot start (as without backfill). With 0, the default, every
 cycle backfills.
+
+``will_run_window_s`` (0: off) estimates planned starts and their nodes as
+Slurm's select plugin does (``core.timeline.WillRun``): running jobs' ends in
+batches, the first ``will_run_window_s`` wide (30 in Slurm), each later one
+twice as wide, or ``will_run_linear_s`` wider (bf_window_linear); the job is
+planned on the nodes that fit it best then.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.core.timeline import WillRun
 
 
 class BackfillArgs(BaseModel):
@@ -44,6 +52,8 @@ class BackfillArgs(BaseModel):
     resolution_s: int = Field(default=60, gt=0)
     max_job_test: int = Field(default=500, gt=0)
     interval_s: int = Field(default=0, ge=0)
+    will_run_window_s: int = Field(default=0, ge=0)
+    will_run_linear_s: int = Field(default=0, ge=0)
 
 
 class Backfill:
@@ -53,6 +63,8 @@ class Backfill:
     def __init__(self, args: BackfillArgs | None = None) -> None:
         self.args = args or BackfillArgs()
         self.resolution = self.args.resolution_s
+        window, linear = self.args.will_run_window_s, self.args.will_run_linear_s
+        self.will_run = WillRun(window, linear) if window else None
 
     def wants_planned_start(self, planned: int) -> bool:
         if self.args.mode == "conservative":
