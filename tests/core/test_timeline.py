@@ -231,3 +231,31 @@ def test_planned_starts_never_overlap_and_none_could_start_earlier(
             assert not any(h == k and s < end and begin < e for h, s, e in holds), "holds overlap"
             holds.append((k, begin, end))
         blocks.add(planned.nodes, begin, end)
+
+
+@settings(max_examples=100)
+@given(plans(), st.sampled_from([1, 60]))
+def test_slurm_estimates_never_overlap_a_hold_and_have_the_room_they_name(
+    plan: tuple[int, list[tuple[int, int, int]], list[tuple[int, int, int]]], resolution: int
+) -> None:
+    n, running, requests = plan
+    state = cluster(*(node(f"n{i}").gpus(8) for i in range(n)))
+    tl = Timeline(state, now=0, resolution=resolution, will_run=WillRun())
+    for i, (where, gpus, end) in enumerate(running):
+        free = np.flatnonzero(state.gpu_milli_free[where] == 1000)[:gpus]
+        a = whole(where, *free.tolist())
+        state.allocate(a)
+        tl.add(f"r{i}", [a], end)
+    blocks = Blocks.none(n)
+    for gpus, gang, length in requests:
+        r = job().gpus(gpus).gang(gang).build()
+        planned = tl.earliest(r, np.ones(n, dtype=np.bool_), length, blocks)
+        assert planned is not None  # every request fits the cluster, with no horizon
+        chosen = planned.nodes.tolist()
+        assert len(set(chosen)) == gang
+        assert (tl.node_times(r)[chosen] <= planned.start).all()  # the room is there then
+        begin, end = planned.hold
+        assert blocks.usable(begin, end - begin)[chosen].all()  # as Slurm checks: rounded
+        if resolution == 1:
+            assert blocks.usable(planned.start, length)[chosen].all()
+        blocks.add(planned.nodes, begin, end)
