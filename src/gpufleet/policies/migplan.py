@@ -40,7 +40,7 @@ pure: the times and layouts of changes come in the snapshot.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
@@ -54,6 +54,8 @@ from gpufleet.core.plan import NODE_NOT_AVAIL, PRIORITY, RESOURCES, Layout, Plan
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
 
+GpuKey = tuple[int, int]
+"""A GPU as (node index, GPU index)."""
 WHOLE = ""
 """The demand key of a whole GPU (MIG off)."""
 DRAIN_GAIN = 2
@@ -97,14 +99,14 @@ class MigPlanner:
         if not demand:
             return []
         taken = _taken(st, plan)
-        supply = _supply(snapshot, taken)
-        if all(supply[k] >= n for k, n in demand.items()):
-            return []  # re-cutting a GPU could only take away what serves
+        offers = _offers(st, taken)
+        supply = _supply(snapshot, offers)
         out: list[Relayout] = []
         for i, g in _candidates(snapshot, taken, self.args):
-            model = st.nodes[i].gpus[g].model
-            table = _layouts(model)
-            offered = _free(st, taken, i, g)
+            if all(supply[k] >= n for k, n in demand.items()):
+                break  # re-cutting a GPU could only take away what serves
+            table = _layouts(st.nodes[i].gpus[g].model)
+            offered = offers.get((i, g), Counter())
             supply.subtract(offered)
             unmet = np.array([max(0, demand[k] - supply[k]) for k in table.keys], np.int64)
             if unmet.any():
@@ -151,17 +153,28 @@ def _taken(st: ClusterState, plan: Plan) -> tuple[BoolArray, IntArray]:
     return busy, np.array(mig, dtype=np.int64)
 
 
-def _supply(snapshot: Snapshot, taken: tuple[BoolArray, IntArray]) -> Counter[str]:
-    """Free instances per profile, and free whole GPUs, once the plan's starts have theirs;
-    with what changes under way will bring."""
-    st = snapshot.state
+def _offers(st: ClusterState, taken: tuple[BoolArray, IntArray]) -> dict[GpuKey, Counter[str]]:
+    """What each GPU on a usable node offers free once the plan's starts have theirs: its
+    free instances per profile, or one whole GPU for an idle one with MIG off."""
     busy, started = taken
     usable = st.healthy & ~st.removed
     free = st.mig_free & (st.mig_profile >= 0) & usable[st.mig_node]
     free[started] = False
-    supply = Counter(st.mig_profiles[p] for p in st.mig_profile[free].tolist())
+    out: defaultdict[GpuKey, Counter[str]] = defaultdict(Counter)
+    nodes, gpus, profiles = (a[free].tolist() for a in (st.mig_node, st.mig_gpu, st.mig_profile))
+    for i, g, p in zip(nodes, gpus, profiles, strict=True):
+        out[i, g][st.mig_profiles[p]] += 1
     whole = (st.gpu_milli_total > 0) & ~busy & usable[:, None] & st.gpu_exists
-    supply[WHOLE] += int(whole.sum())
+    for i, g in zip(*np.nonzero(whole), strict=True):
+        out[int(i), int(g)][WHOLE] = 1
+    return out
+
+
+def _supply(snapshot: Snapshot, offers: dict[GpuKey, Counter[str]]) -> Counter[str]:
+    """Everything offered free, and what the changes under way will bring."""
+    supply: Counter[str] = Counter()
+    for offer in offers.values():
+        supply.update(offer)
     for layout in snapshot.reconfiguring.values():
         supply.update(_instances(layout))
     return supply
@@ -200,18 +213,6 @@ def _candidates(
                 ends[a.node, g] = max(ends.get((a.node, g), 0), r.expected_end)
     draining.sort(key=lambda ig: (slices[ig], ends.get(ig, 0), ig))
     return idle + draining
-
-
-def _free(st: ClusterState, taken: tuple[BoolArray, IntArray], i: int, g: int) -> Counter[str]:
-    """What GPU ``g`` of node ``i`` offers free: its free instances per profile, or one
-    whole GPU for an idle one with MIG off."""
-    busy, started = taken
-    layout = st.nodes[i].gpus[g].mig
-    if layout is None:
-        return Counter() if busy[i, g] else Counter({WHOLE: 1})
-    free = st.mig_free & (st.mig_node == i) & (st.mig_gpu == g) & (st.mig_profile >= 0)
-    free[started] = False
-    return Counter(st.mig_profiles[p] for p in st.mig_profile[free].tolist())
 
 
 def _slices(profile: str) -> int:
