@@ -20,7 +20,7 @@ from gpufleet.core.plan import Layout
 from gpufleet.policies.migplan import MigArgs, recut_for
 from scenario.harness import QueuedJobBuilder, Scenario, qjob
 
-ON = MigArgs(repartition=True, min_interval_s=600)
+ON = MigArgs(repartition=True, min_interval_s=600, drain=True)
 SEVEN_1G = ",".join(["1g.10gb"] * 7)
 L7x1G = tuple(("1g.10gb", s) for s in range(7))
 
@@ -130,7 +130,7 @@ CASES = [
         waiting("7g.80gb"),
         {},
         running=[(qjob("r2").mig("1g.10gb", 7), "a"), (qjob("r1").mig("1g.10gb"), "a")],
-        args=MigArgs(repartition=True, drain=False),
+        args=MigArgs(repartition=True),  # drain is off by default
     ),
     Case(  # a job held by a limit (here a hold) asks for nothing
         "held-asks-nothing",

@@ -63,7 +63,7 @@ def test_a_busy_gpu_drains_then_changes_and_the_shift_back_waits_out_the_interva
         mig_job("big", "7g.80gb", 200, 400),
         mig_job("late", "1g.10gb", 300, 100),
     ]
-    p = profile(repartition=True, reconfigure_s=60, min_interval_s=1800)
+    p = profile(repartition=True, reconfigure_s=60, min_interval_s=1800, drain=True)
     result = replay(nodes, jobs, profile_from_dict(p, "migplan"))
     starts = {r.trace.id: r.first_start for r in result.jobs}
     assert starts == {"small": 0, "big": 1060, "late": 2060}

@@ -77,7 +77,7 @@ class MigArgs(BaseModel):
         60, ge=0, description="how long a change keeps the GPU from work (the simulator's)"
     )
     drain: bool = Field(
-        True, description="also drain busy MIG GPUs for a change: their free instances "
+        False, description="also drain busy MIG GPUs for a change: their free instances "
         "take no new work, and the change begins once their runs end"
     )
 
