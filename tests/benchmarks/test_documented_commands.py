@@ -146,10 +146,13 @@ KEYS: dict[str, set[str]] = {
     },
     # Replay against real Slurm: the replay columns (the quick run replays an export).
     "vs_slurm.py": each(("imported", "gpufleet_cycle"), ("spearman", "far_pct", "mean_diff_s")),
-    # A row per policy: wall time, cycles (skipped), mean and peak waiting, deep share.
+    # A row per policy: wall and CPU time, cycles (skipped), mean and peak waiting, deep share.
     "backlog.py": each(
         ("fifo-strict", "fifo-easy", "multifactor-conservative"),
-        ("wall_s", "cycles", "cycles_skipped", "waiting_mean", "waiting_peak", "share_deep"),
+        (
+            *("wall_s", "cpu_s", "cycles", "cycles_skipped"),
+            *("waiting_mean", "waiting_peak", "share_deep"),
+        ),
     ),
     # The contract: its five figures, and each part's time.
     "elastic.py": {
