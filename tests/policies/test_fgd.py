@@ -13,10 +13,18 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import cluster, job, node, placer
 from gpufleet.core import fragmentation
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, node_pressure, stranded
+from gpufleet.core.fragmentation import (
+    FragmentationMeter,
+    LastPlaces,
+    Workload,
+    node_pressure,
+    stranded,
+)
 from gpufleet.core.model import Request
 from gpufleet.core.placement import Mode, Placer
 from gpufleet.core.state import Assignment, ClusterState
@@ -355,3 +363,86 @@ def test_default_keeps_a_share_off_the_only_node_a_large_type_fits(
     )
     (placed,) = Placer(placement_profile("default", workload=workload)).place(state, share) or ()
     assert state.nodes[placed.node].name == "small"
+
+
+# Big holds the 2-GPU, 48-CPU type; small (32 CPUs) does not.
+ONE_BIG = (node("big").gpus(2).cpu(64_000), node("small").gpus(2).cpu(32_000))
+LAST_PLACES = FragmentationArgs(resolution="exact", last_place_weight=1.0)
+
+
+def _last_place_charge(workload: Sequence[Request], request: Request) -> list[float]:
+    state = cluster(*ONE_BIG)
+    ctx = placer().context(state, request, Mode.NOW)
+    plain = FragmentationGradient(workload, EXACT).score(ctx)
+    return (plain - FragmentationGradient(workload, LAST_PLACES).score(ctx)).tolist()
+
+
+def test_taking_a_types_last_place_costs_its_need_times_what_it_asks() -> None:
+    # NARROW: A = 1 GPU + 8 CPUs, B = 2 GPUs + 48 CPUs, equally frequent.
+    # Free 4000 milli-GPU, 96000 milli-CPU; the average task asks 1500 and 28000, so
+    # GPUs run out first, after 4000 / 1500 = 8/3 tasks: 4/3 of each type.
+    # A: places 2 + 2 = 4, as many as anywhere (4000 / 1000): no need.
+    # B: places 1 (big), anywhere min(4000 / 2000, 96000 / 48000) = 2:
+    #    need 4/3 / 1 - 4/3 / 2 = 2/3; a B task asks 2000 milli-GPU or 48000 milli-CPU
+    #    (x 4000 / 96000 = 2000): a place is worth 2/3 x 2000 = 1333.3.
+    # 20 CPUs on big leave 44 (< 48): B's place goes. Small had none to lose.
+    cpu_only = job().cpu(20_000).build()
+    assert _last_place_charge(NARROW, cpu_only) == [pytest.approx(4000 / 3), 0.0]
+    # 8 CPUs leave 56 on big: B still fits, nothing lost.
+    assert _last_place_charge(NARROW, job().cpu(8000).build()) == [0.0, 0.0]
+
+
+def test_places_are_not_kept_while_cpu_runs_out_before_gpus() -> None:
+    # A CPU-only type of 32 CPUs joins NARROW: the average task asks 1000 milli-GPU and
+    # 29333 milli-CPU, so CPU runs out first (96000 / 29333 < 4000 / 1000).
+    workload = [*NARROW, job().cpu(32_000).build()]
+    assert _last_place_charge(workload, job().cpu(20_000).build()) == [0.0, 0.0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=25))
+def test_places_follow_the_state_as_a_recount_would(picks: list[int]) -> None:
+    # Counted incrementally, node by node as the state changes, places must equal a
+    # count from scratch and, type by type, how many tasks fit one after another.
+    gib = 1024
+    workload = [
+        job().gpus(1).cpu(8000).memory(32 * gib).build(),
+        job().gpus(4).cpu(48_000).memory(256 * gib).build(),
+        job().fraction(300).cpu(2000).build(),
+        job().cpu(24_000).memory(64 * gib).build(),
+    ]
+    state = cluster(
+        *(node(f"n{i}").gpus(4 + 4 * (i % 2)).cpu(64_000).memory(512 * gib) for i in range(4))
+    )
+    kind = Workload.from_requests(workload, state.models, memory=True)
+    model = FragmentationMeter(state, kind).model
+    kept = LastPlaces(state, kind, model)
+    for pick in picks:
+        r = workload[pick % len(workload)]
+        ctx = placer().context(state, r, Mode.NOW)
+        if not len(ctx.options):
+            continue
+        state.allocate(placer().assignment(ctx, pick % len(ctx.options)))
+        fresh = LastPlaces(state, kind, model).places()
+        assert kept.places().tolist() == fresh.tolist()
+        for t, request in enumerate(sorted(workload, key=_type_order)):
+            assert fresh[t].tolist() == [_fits_repeatedly(state, i, request) for i in range(4)]
+
+
+def _type_order(r: Request) -> tuple[int, int, int]:
+    # Workload types are sorted by per-GPU milli, then GPUs, then CPU (Workload.from_requests).
+    return (r.milli_per_gpu, r.gpu_count, r.cpu_milli)
+
+
+def _fits_repeatedly(state: ClusterState, i: int, r: Request) -> int:
+    free = state.gpu_milli_free[i].tolist()
+    cpu, mem, n = int(state.cpu_free[i]), int(state.mem_free[i]), 0
+    while cpu >= r.cpu_milli and mem >= r.memory_mib:
+        if r.gpu_count:
+            slots = [g for g, f in enumerate(free) if f >= r.milli_per_gpu][: r.gpu_count]
+            if len(slots) < r.gpu_count:
+                break
+            for g in slots:
+                free[g] -= r.milli_per_gpu
+        cpu, mem, n = cpu - r.cpu_milli, mem - r.memory_mib, n + 1
+    return n

@@ -28,6 +28,7 @@ DEFAULT_FRAGMENTATION = FragmentationArgs(
     capacity_weight=1.0,
     scarcity_weight=10.0,
     stranding_weight=3.0,
+    last_place_weight=1.0,
     resolution="exact",
 )
 
@@ -35,7 +36,8 @@ DEFAULT_FRAGMENTATION = FragmentationArgs(
 def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
     """A fractional task goes only where an optimal packing of the workload's shares
     would put it; among those places, FGD generalised (host memory counts, the
-    capacity measure joins the paper's, node pressure and stranded GPUs cost)
+    capacity measure joins the paper's, node pressure, places taken from types short
+    of them and stranded GPUs cost)
     picks the node among those with the best locality to be had (a gang under
     one switch, a multi-GPU task in one NVLink domain or NUMA node); on it, the
     task gets GPUs that share an NVLink domain or NUMA node."""

@@ -21,7 +21,13 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.core.fragmentation import FragmentationMeter, Workload, node_pressure, stranded
+from gpufleet.core.fragmentation import (
+    FragmentationMeter,
+    LastPlaces,
+    Workload,
+    node_pressure,
+    stranded,
+)
 from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
@@ -43,7 +49,10 @@ class FragmentationArgs(BaseModel):
     narrow where a type fits), in milli-GPU per milli-GPU of excess pressure.
     ``stranding_weight``: charge GPU capacity that the node's free CPU and memory
     could no longer carry at the workload's ratios (``core.fragmentation.stranded``),
-    in milli-GPU per milli-GPU stranded.
+    in milli-GPU per milli-GPU stranded. ``last_place_weight``: charge a task for
+    the places it takes from types short of them, while GPUs run out first
+    (``core.fragmentation.LastPlaces``), in milli-GPU per milli-GPU of expected work
+    turned away.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +61,7 @@ class FragmentationArgs(BaseModel):
     capacity_weight: float = Field(0.0, ge=0)
     scarcity_weight: float = Field(0.0, ge=0)
     stranding_weight: float = Field(0.0, ge=0)
+    last_place_weight: float = Field(0.0, ge=0)
     popularity: float = Field(1.0, gt=0, le=1)
     resolution: Literal["paper", "exact"] = "paper"
 
@@ -65,6 +75,7 @@ class FragmentationGradient:
         self.workload = or_typical(workload)
         self.args = args or FragmentationArgs()
         self._meter: FragmentationMeter | None = None
+        self._places: LastPlaces | None = None
         self._excess: FloatArray = np.zeros((0, 3))
         self._scale: FloatArray = np.ones(3)
 
@@ -82,6 +93,8 @@ class FragmentationGradient:
                 popularity=self.args.popularity,
             )
             m = self._meter = FragmentationMeter(state, workload)
+            if self.args.last_place_weight:
+                self._places = LastPlaces(state, workload, m.model)
             # Only pressure above the cluster's costs: a bonus for nodes below it
             # pulled GPU work onto the smallest nodes.
             self._excess = np.maximum(node_pressure(workload, state, m.model) - 1.0, 0.0)
@@ -103,6 +116,10 @@ class FragmentationGradient:
             # they strand GPUs (cpu4x in docs/placement.md).
             taken = np.array([r.gpu_count * r.milli_per_gpu, r.cpu_milli, r.memory_mib])
             delta -= self.args.scarcity_weight * (self._excess[o.node] @ (taken * self._scale))
+        if self.args.last_place_weight and self._places is not None:
+            # Every task, CPU-only ones too: it pays only for places it removes.
+            lost = self._places.cost(o.node, o.gpu, r, meter.digests())
+            delta -= self.args.last_place_weight * lost
         if self.args.stranding_weight:
             delta -= self.args.stranding_weight * self._stranding(ctx, meter.workload)
         if self.args.resolution == "exact":
