@@ -532,30 +532,20 @@ def _price(
     free: FloatArray,
     asks: FloatArray,
     value: FloatArray,
-    freq: FloatArray,
-    mean: FloatArray,
+    expected: FloatArray,
     scarce: float,
     out: FloatArray,
 ) -> None:
     """Milli-GPU per place of each type (``LastPlaces.price``)."""
-    out[:] = 0.0
-    horizon = np.inf
-    binding = -1
-    for r in range(3):
-        if mean[r] > 0 and free[r] / mean[r] < horizon:
-            horizon = free[r] / mean[r]
-            binding = r
-    if binding != 0:
-        return
     for t in range(total.shape[0]):
+        out[t] = 0.0
         if total[t] == 0:
             continue
         anywhere = np.inf
         for r in range(3):
             if asks[t, r] > 0:
                 anywhere = min(anywhere, free[r] / asks[t, r])
-        expected = freq[t] * horizon
-        need = expected / total[t] - expected / max(anywhere, 1.0)
+        need = expected[t] / total[t] - expected[t] / max(anywhere, 1.0)
         if need >= scarce:
             out[t] = value[t] * min(need, 1.0)
 
@@ -663,15 +653,20 @@ class LastPlaces:
     def price(self) -> FloatArray:
         """Expected milli-GPU of work turned away per place taken from each type."""
         st = self.state
-        self.places()
         live = ~st.removed
         free = np.array(
             [st.gpu_free_sum[live].sum(), st.cpu_free[live].sum(), self._mem[live].sum()],
             dtype=np.float64,
         )
-        out = np.empty(len(self._total), dtype=np.float64)
-        w = self.workload
-        _price(self._total, free, self._asks, self.value, w.freq, self._mean, self.SCARCE, out)
+        out = np.zeros(len(self._total), dtype=np.float64)
+        asked = self._mean > 0
+        # Tasks to come until each resource runs out; nothing is kept unless GPUs go first.
+        horizon = np.divide(free, self._mean, out=np.full(3, np.inf), where=asked)
+        if not asked[0] or horizon.argmin() != 0:
+            return out
+        self.places()
+        expected = self.workload.freq * horizon[0]
+        _price(self._total, free, self._asks, self.value, expected, self.SCARCE, out)
         return out
 
     def cost(
