@@ -630,6 +630,7 @@ class LastPlaces:
         self._copies = np.zeros((len(workload.freq), state.num_nodes), dtype=np.int64)
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
         self._total = np.zeros(len(workload.freq), dtype=np.int64)
+        self._live = ~state.removed if state.removed.any() else None
 
     def places(self) -> IntArray:
         """Tasks of each type that fit node by node, refreshed where the state changed."""
@@ -653,20 +654,20 @@ class LastPlaces:
     def price(self) -> FloatArray:
         """Expected milli-GPU of work turned away per place taken from each type."""
         st = self.state
-        live = ~st.removed
-        free = np.array(
-            [st.gpu_free_sum[live].sum(), st.cpu_free[live].sum(), self._mem[live].sum()],
-            dtype=np.float64,
-        )
+        # Removed nodes are fixed for this object's life (removing one moves the epoch).
+        live = self._live
+        free = [
+            float(a.sum() if live is None else a[live].sum())
+            for a in (st.gpu_free_sum, st.cpu_free, self._mem)
+        ]
         out = np.zeros(len(self._total), dtype=np.float64)
-        asked = self._mean > 0
         # Tasks to come until each resource runs out; nothing is kept unless GPUs go first.
-        horizon = np.divide(free, self._mean, out=np.full(3, np.inf), where=asked)
-        if not asked[0] or horizon.argmin() != 0:
+        horizon = [f / m if m > 0 else np.inf for f, m in zip(free, self._mean, strict=True)]
+        if not self._mean[0] > 0 or min(horizon) < horizon[0]:
             return out
         self.places()
         expected = self.workload.freq * horizon[0]
-        _price(self._total, free, self._asks, self.value, expected, self.SCARCE, out)
+        _price(self._total, np.array(free), self._asks, self.value, expected, self.SCARCE, out)
         return out
 
     def cost(
