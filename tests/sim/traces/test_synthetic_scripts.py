@@ -90,4 +90,32 @@ def test_habit_limits_rank_jobs_worse_than_per_job_limits() -> None:
         return sum(same) / len(same)
 
     per_job = HABITS.model_copy(update={"limit_habits": False})
-    assert rank_agreement(HABITS) < rank_agreement(per_job)
+    per_user = HABITS.model_copy(update={"limit_per_user": True})
+    assert rank_agreement(per_user) < rank_agreement(HABITS) < rank_agreement(per_job)
+
+
+def test_a_per_user_habit_asks_one_limit_unless_a_job_would_outrun_it() -> None:
+    shape = HABITS.model_copy(update={"limit_per_user": True, "limit_fixed_share": 0.0})
+    jobs = generate(2000, seed=5, gpus_total=64, shape=shape)
+    by_user: dict[str, list[TraceJob]] = {}
+    for j in jobs:
+        by_user.setdefault(j.user, []).append(j)
+    ladder = sorted(h * 3600 for h in LIMIT_LADDER_H)
+    for own in by_user.values():
+        habit = min(j.time_limit_s or 0 for j in own)
+        for j in own:
+            assert j.time_limit_s is not None and j.time_limit_s >= j.duration_s
+            if j.time_limit_s != habit:  # raised only as far as the job needs
+                assert j.duration_s > habit
+                assert j.time_limit_s == min(r for r in ladder if r >= j.duration_s)
+    # the same users' limits as per-script habits, but far fewer distinct values per user
+    per_script = generate(2000, seed=5, gpus_total=64, shape=shape.model_copy(
+        update={"limit_per_user": False}))
+    def distinct(js: list[TraceJob]) -> int:
+        return sum(len({j.time_limit_s for j in js if j.user == u}) for u in by_user)
+    assert distinct(jobs) < distinct(per_script)
+
+
+def test_limit_per_user_needs_limit_habits() -> None:
+    with pytest.raises(ValueError, match="limit_per_user: needs limit_habits"):
+        WorkloadShape(limit_per_user=True)

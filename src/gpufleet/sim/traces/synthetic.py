@@ -45,7 +45,13 @@ once with numpy (100,000 jobs take well under a second to draw):
   limit and gets the site's default, ``limit_default_h`` (24 hours), unless
   a job needs more. Such limits rank jobs only coarsely (most short jobs ask
   for the same hour or two, and the default's users all alike), as the
-  modal, round estimates of production logs do.
+  modal, round estimates of production logs do. With ``limit_per_user``
+  a user does not even look at the script: they pick one rung once, the
+  smallest that covers their factor times their typical job (the geometric
+  mean of their scripts' typical durations, or the workload's median
+  without scripts), and ask for it every time, for a job that would outrun
+  it the smallest rung that lets it finish. Limits then say who submitted
+  a job more than how long it runs.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -111,6 +117,7 @@ class WorkloadShape(BaseModel):
     limit_overestimate: float = Field(4.0, ge=1)
     limit_overestimate_min: float = Field(1.0, ge=1)
     limit_habits: bool = False
+    limit_per_user: bool = False
     limit_fixed_share: float = Field(0.25, ge=0, le=1)
     limit_default_h: int = Field(24, gt=0)
     scripts: int = Field(0, ge=0)
@@ -158,6 +165,8 @@ class WorkloadShape(BaseModel):
             raise ValueError("priority_mix: weights sum to zero")
         if self.limit_overestimate_min > self.limit_overestimate:
             raise ValueError("limit_overestimate_min: must not exceed limit_overestimate")
+        if self.limit_per_user and not self.limit_habits:
+            raise ValueError("limit_per_user: needs limit_habits")
         if self.min_duration_s > self.max_duration_s:
             raise ValueError("min_duration_s: must not exceed max_duration_s")
         return self
@@ -213,6 +222,7 @@ def generate(
     factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, size=n_jobs)
     script = np.full(n_jobs, -1, dtype=np.int64)
     expected = durations.astype(np.float64)  # what a user expects a job to run
+    usual = np.full(shape.users, shape.duration_median_s)  # a user's typical job
     if shape.scripts:  # drawn only then, so the other workloads stay as they were
         script = rng.integers(shape.scripts, size=n_jobs)
         typical = shape.duration_median_s * np.exp(
@@ -221,6 +231,7 @@ def generate(
         jitter = rng.uniform(1 - shape.script_jitter, 1 + shape.script_jitter, size=n_jobs)
         raw = typical[users, script] * np.maximum(gpus, 1.0) ** shape.size_duration_exponent
         expected = np.clip(raw, shape.min_duration_s, shape.max_duration_s)
+        usual = np.exp(np.mean(np.log(typical), axis=1))
         was = float(np.mean(gpus * durations))
         durations = np.clip(np.rint(raw * jitter), shape.min_duration_s, shape.max_duration_s)
         durations = durations.astype(np.int64)
@@ -229,6 +240,8 @@ def generate(
     if shape.daily_swing:
         submits = _daily(submits, shape.daily_swing, shape.peak_hour)
     if shape.limit_habits:
+        if shape.limit_per_user:
+            expected = usual[users]
         limits = _habit_limits(rng, shape, users, durations, expected)
     else:
         limits = (np.ceil(durations * factor / 3600) * 3600).astype(np.int64)
