@@ -105,3 +105,16 @@ def test_busy_nodes_are_not_idle() -> None:
     b.finish("j", 600)
     assert not f.step(b, {}, (), 605).delete  # idle since 605
     assert [n for _, n in f.step(b, {}, (), 615).delete] == ["gpu-01"]
+
+
+def test_a_restored_boot_counts_from_when_it_was_asked_for() -> None:
+    f, b = fleet(pending_s=0), book()
+    assert f.restore("gpu-02", 50) and not f.restore("gpu-02", 60)  # once
+    assert not f.restore("dgx-01", 50)  # no pool's name
+    assert f.counts() == {"gpu": (1, 0)} and f.created == 0  # asked for by the driver before
+    submit(b, "j", 4, 100)
+    # the job waits for gpu-02: nothing asked for; given up 300 s after 50, not after 100
+    assert not f.step(b, {"j": RESOURCES}, (), 349).create
+    assert [name for _, name in f.step(b, {"j": RESOURCES}, (), 350).delete] == ["gpu-02"]
+    # billed 50..350: 300/3600 h x 4 GPUs x 3.0
+    assert f.cost(350) == pytest.approx(300 / 3600 * 12.0)

@@ -111,3 +111,24 @@ def add_joined(conn: sa.Connection, name: str) -> None:
     names = joined_nodes(conn)
     if name not in names:
         meta_set(conn, NODE_ORDER, json.dumps([*names, name]))
+
+
+def booting_nodes(conn: sa.Connection) -> list[tuple[str, float]]:
+    """The pool nodes asked for whose agents have not registered: (name, when asked)."""
+    rows = conn.execute(
+        sa.select(t.booting_nodes.c.name, t.booting_nodes.c.created).order_by(
+            t.booting_nodes.c.created, t.booting_nodes.c.name
+        )
+    )
+    return [(r.name, r.created) for r in rows]
+
+
+def add_booting(conn: sa.Connection, nodes: Sequence[Mapping[str, Any]]) -> None:
+    """Record pool nodes just asked for: ``name``, ``pool``, ``created``."""
+    if nodes:
+        conn.execute(t.booting_nodes.insert(), list(nodes))
+
+
+def drop_booting(conn: sa.Connection, name: str) -> None:
+    """The node came up or was given up: no longer booting."""
+    conn.execute(t.booting_nodes.delete().where(t.booting_nodes.c.name == name))

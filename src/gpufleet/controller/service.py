@@ -1011,6 +1011,8 @@ class Controller:
                 persist.upsert_node(conn, values)
                 if info is None:
                     persist.add_joined(conn, node)
+                if self.fleet is not None:
+                    persist.drop_booting(conn, node)
                 for event, detail in history:
                     persist.audit(
                         conn, time=now, who=principal.user, action=event, target=node, detail=detail
@@ -1673,7 +1675,8 @@ class Controller:
     # -- node pools --------------------------------------------------------------
 
     def _start_fleet(self) -> None:
-        """The fleet over the configured pools, adopting pool nodes the store knows as up."""
+        """The fleet over the configured pools, adopting pool nodes the store knows as up
+        and waiting again for those it knows as booting."""
         assert self.setup.provider is not None
         self.fleet = Fleet(self.setup.pools, autoscaler(self.setup.autoscale or AutoscaleArgs()))
         self.provider = provider(self.setup.provider, self._node_token)
@@ -1681,6 +1684,19 @@ class Controller:
         for name, info in self._nodes.items():
             if info.state == "up":
                 self.fleet.adopt(name, now)
+        with self.store.read() as conn:
+            booting = persist.booting_nodes(conn)
+        stale = [name for name, created in booting if not self.fleet.restore(name, int(created))]
+        for name in stale:
+            if name not in self.fleet.members:
+                log.warning("autoscale: node %s was booting, but no pool owns it now", name)
+
+        def forget(conn: sa.Connection) -> None:
+            for name in stale:
+                persist.drop_booting(conn, name)
+
+        if stale:
+            self._writer().call(forget)
 
     def _scale(self, plan: Plan, now: int) -> None:
         """Ask the fleet after a cycle and carry out its orders: a node leaves the book
@@ -1695,6 +1711,22 @@ class Controller:
                 self.provider.delete(pool, name, now)
             else:
                 self.fleet.adopt(name, now)  # a run came to it since: it stays
+        if orders.create:
+            # Stored before any is asked for: a restart waits for them, never asks twice.
+            asked = [
+                {"name": node.name, "pool": pool.name, "created": float(now)}
+                for pool, node in orders.create
+            ]
+
+            def unit(conn: sa.Connection) -> None:
+                persist.add_booting(conn, asked)
+                for pool, node in orders.create:
+                    persist.audit(
+                        conn, time=now, who="autoscale", action="node.create",
+                        target=node.name, detail={"pool": pool.name},
+                    )  # fmt: skip
+
+            self._writer().call(unit)
         for pool, node in orders.create:
             log.info("autoscale: pool %s asks for node %s", pool.name, node.name)
             self.provider.create(pool, node, now)
@@ -1716,6 +1748,7 @@ class Controller:
 
         def unit(conn: sa.Connection) -> None:
             conn.execute(t.nodes.delete().where(t.nodes.c.name == name))
+            persist.drop_booting(conn, name)
             persist.audit(
                 conn, time=now, who="autoscale", action="node.delete", target=name, detail={}
             )

@@ -15,7 +15,10 @@ Like the book it is pure: every time is an argument. A node is billed from
 the moment it is asked for until it is deleted, at its pool's price per
 GPU-hour (clouds bill the boot too). A node still booting ``boot_timeout``
 after it was asked for is given up: ``step`` orders it deleted, so a failed
-creation neither blocks the pool's growth nor bills forever.
+creation neither blocks the pool's growth nor bills forever. A driver that
+restarts gives its new fleet the nodes up (``adopt``) and those still
+booting, with the time each was asked for (``restore``), so it neither asks
+for them again nor waits for them forever.
 """
 
 from __future__ import annotations
@@ -98,6 +101,16 @@ class Fleet:
         if pool is None:
             return False
         self.members[name] = Member(pool.name, now, joined=now, idle_since=now)
+        return True
+
+    def restore(self, name: str, created: int) -> bool:
+        """A node asked for at ``created`` and still booting (recorded by a driver that
+        restarted): billed from then, given up ``boot_timeout`` after. False if ``name``
+        is no pool's node name or already a member."""
+        pool = self.pool_of(name)
+        if pool is None or name in self.members:
+            return False
+        self.members[name] = Member(pool.name, created)
         return True
 
     def joined(self, name: str, now: int) -> None:

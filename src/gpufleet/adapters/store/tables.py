@@ -115,6 +115,16 @@ nodes = sa.Table(
     sa.Column("last_heartbeat", Time),
 )
 
+# Pool nodes asked of a provider whose agents have not registered yet: a restarted
+# controller waits for them (and gives them up in time) instead of asking again.
+booting_nodes = sa.Table(
+    "booting_nodes",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("pool", sa.String(128), nullable=False),
+    sa.Column("created", Time, nullable=False),
+)
+
 tokens = sa.Table(
     "tokens",
     metadata,

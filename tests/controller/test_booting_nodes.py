@@ -1,0 +1,88 @@
+"""Pool nodes still booting outlive a controller restart: the restarted controller waits
+for them (asking for none again) and still gives them up in time; a node whose agent
+registers is booting no more."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from controller.harness import ADMIN, Cluster, spec
+from controller.test_scaling import POOL, RECORD, calls
+from gpufleet.adapters.inventory import group_table
+from gpufleet.api.agent_schemas import AgentRegister
+from gpufleet.controller.scaling import ProviderConfig
+from gpufleet.core.job import Partition
+from gpufleet.engine.fleet import boot_timeout
+from gpufleet.policies.autoscale import AutoscaleArgs
+from store.databases import Database
+
+FIRST = POOL.node_name(1)
+
+
+def pool_cluster(db: Database, out: Path) -> Cluster:
+    """A controller with no node but the burst pool's, made by a program that records."""
+    program = [sys.executable, "-c", RECORD, str(out), "0"]
+    provider = ProviderConfig(
+        kind="command", server="http://ctl:6817", create=program, delete=program
+    )
+    return Cluster(
+        db,
+        pools=[POOL],
+        provider=provider,
+        autoscale=AutoscaleArgs(pending_s=0),
+        partitions={"burst": Partition("burst", pools=("burst",))},
+    )
+
+
+def asked(c: Cluster) -> list[str]:
+    """The nodes the controller asked its provider for, in order (the audit log)."""
+    page = c.ctl.list_audit(principal=ADMIN)
+    return [e.target for e in reversed(page.entries) if e.action == "node.create"]
+
+
+def test_a_restart_waits_for_a_booting_node_and_gives_it_up_in_time(
+    db: Database, tmp_path: Path
+) -> None:
+    out = tmp_path / "calls.jsonl"
+    c = pool_cluster(db, out)
+    try:
+        job = c.ctl.submit(principal=ADMIN, spec=spec())
+        c.ctl.run_cycle_now()
+        (made,) = calls(out, 1)
+        assert made["env"]["GPUFLEET_NODE"] == FIRST  # type: ignore[index]
+        c.clock.advance(POOL.boot_s)
+        c.restart()
+        assert c.ctl.fleet is not None and c.ctl.fleet.counts() == {"burst": (1, 0)}
+        c.ctl.run_cycle_now()  # the job still waits, for the node booting: none asked again
+        assert asked(c) == [FIRST]
+        c.ctl.cancel_job(principal=ADMIN, job_id=job.job_id)
+        # asked for at t0; given up boot_timeout after t0, not after the restart
+        c.clock.advance(boot_timeout(POOL) - POOL.boot_s)
+        c.ctl.run_cycle_now()
+        deleted = calls(out, 2)[1]
+        assert deleted["env"]["GPUFLEET_ACTION"] == "delete"  # type: ignore[index]
+        assert deleted["env"]["GPUFLEET_NODE"] == FIRST  # type: ignore[index]
+        c.restart()
+        assert c.ctl.fleet is not None and c.ctl.fleet.counts() == {"burst": (0, 0)}
+    finally:
+        c.ctl.stop()
+
+
+def test_a_node_whose_agent_registered_is_up_after_a_restart(db: Database, tmp_path: Path) -> None:
+    out = tmp_path / "calls.jsonl"
+    c = pool_cluster(db, out)
+    try:
+        c.ctl.submit(principal=ADMIN, spec=spec())
+        c.ctl.run_cycle_now()
+        calls(out, 1)
+        body = AgentRegister(inventory=group_table(POOL.node(FIRST)))
+        c.ctl.register_agent(principal=ADMIN, node=FIRST, body=body)
+        c.restart()
+        assert c.ctl.fleet is not None and c.ctl.fleet.counts() == {"burst": (0, 1)}
+        c.clock.advance(boot_timeout(POOL))
+        c.ctl.run_cycle_now()  # up and given the job: nothing given up, nothing asked
+        assert asked(c) == [FIRST]
+        assert c.ctl.fleet.counts() == {"burst": (0, 1)}
+    finally:
+        c.ctl.stop()
