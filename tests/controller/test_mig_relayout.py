@@ -1,6 +1,7 @@
 """MIG re-partitioning live: the cycle's layout change goes to the node's agent (audited
-in the cycle's transaction), the GPU waits for the agent's report, then serves with its
-new layout, which the store keeps across a restart."""
+and stored in the cycle's transaction), the GPU waits for the agent's report, then serves
+with its new layout, which the store keeps across a restart; so does a change not yet
+reported."""
 
 from __future__ import annotations
 
@@ -85,3 +86,22 @@ def test_a_failed_change_leaves_the_gpu_out_of_work_and_is_audited(mig: Cluster)
     assert mig.sync("n1").mig_changes == []
     assert [a for a, _ in audit(mig)] == ["node.mig.order", "node.mig.failed"]
     assert mig.ctl.book.state.nodes[0].gpus[0].mig == ()  # no instances: no work
+
+
+def test_a_change_not_yet_reported_is_sent_again_after_a_restart(mig: Cluster) -> None:
+    job = mig.ctl.submit(principal=ADMIN, spec=BIG)
+    mig.ctl.run_cycle_now()
+    assert [(c.gpu, c.layout) for c in mig.sync("n1").mig_changes] == [(0, ORDER)]
+    mig.restart()
+    mig.ctl.run_cycle_now()  # the GPU still takes no work, and is not ordered again
+    reply = mig.sync("n1")
+    assert [(c.gpu, c.layout) for c in reply.mig_changes] == [(0, ORDER)]
+    assert reply.jobs_to_start == [] and mig.state(job.job_id) == "PENDING"
+    assert mig.ctl.book.state.nodes[0].gpus[0].mig == ()
+    assert audit(mig) == [("node.mig.order", {"gpu": 0, "layout": ORDER})]
+    # the report clears it for good: a later restart sends nothing, the GPU serves
+    mig.ctl.sync_agent(principal=ADMIN, node="n1", body=done(0, ORDER))
+    mig.restart()
+    assert mig.sync("n1").mig_changes == []
+    mig.ctl.run_cycle_now()
+    assert [s.job_id for s in mig.sync("n1").jobs_to_start] == [job.job_id]

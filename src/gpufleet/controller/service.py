@@ -94,7 +94,7 @@ from gpufleet.api.schemas import (
     Role,
     Submitted,
 )
-from gpufleet.controller import accounting, dashboard, fairshare, persist
+from gpufleet.controller import accounting, dashboard, fairshare, persist, relayout
 from gpufleet.controller.clock import Clock, WallClock
 from gpufleet.controller.dashboard import ClusterMap, NodePage
 from gpufleet.controller.drift import drift
@@ -1340,6 +1340,7 @@ class Controller:
         with self.store.read() as conn:
             node_rows = {r.name: r for r in conn.execute(sa.select(t.nodes))}
             joined = persist.joined_nodes(conn)
+            mig_orders = relayout.stored(conn)
             texts = RowTexts()
             jobs = [
                 self._interned(LiveJob.from_row(r, texts))
@@ -1425,6 +1426,9 @@ class Controller:
             reservations=setup.reservations,
             estimates=setup.predict is not None and setup.predict.backfill,
         )
+        self._mig.resume(self.book, mig_orders)  # before the runs: none is on those GPUs
+        for name in self._mig.by_node:
+            self._nodes[name].node = self.book.state.nodes[self.book.state.index[name]]
         self._estimates = self._trained() if setup.predict is not None else None
         self._factory = setup.profile_factory
         self._windows = self._next_switch = None
@@ -1740,6 +1744,7 @@ class Controller:
             self.book.remove_node(name)
         for table in (self._facts, self._quiet, self._health, self._heartbeats, self._kills_sent):
             table.pop(name, None)
+        self._mig.drop(name)
         revoked = [
             tok.id
             for tok in list_tokens(self.store)
@@ -1749,6 +1754,7 @@ class Controller:
         def unit(conn: sa.Connection) -> None:
             conn.execute(t.nodes.delete().where(t.nodes.c.name == name))
             persist.drop_booting(conn, name)
+            conn.execute(relayout.cleared(name))
             persist.audit(
                 conn, time=now, who="autoscale", action="node.delete", target=name, detail={}
             )
@@ -2523,6 +2529,7 @@ class Controller:
             conn.execute(
                 t.nodes.update().where(t.nodes.c.name == node).values(inventory=info.inventory)
             )
+            conn.execute(relayout.cleared(node, [d.gpu for d in settled]))
             for d in settled:
                 action = "node.mig.failed" if d.error else "node.mig"
                 who = principal.user

@@ -27,6 +27,7 @@ API (``now`` is the driver's clock in integer seconds)::
     book.add_node(node); book.remove_node(name)
     book.replace_node(node)                # the same name described anew, where it stands
     book.reconfigured(node, gpu) -> Layout  # a MIG layout change the plan began is done
+    book.resume_reconfigure(node, gpu, layout, at)  # one begun before a restart
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
 
 ``apply`` first signals the plan's victims: one with no grace time is
@@ -390,6 +391,14 @@ class JobBook:
                 self.reconfiguring[key] = layout
                 effects.relayouts.append(Reconfigure(key[0], key[1], layout))
             del self.draining[key]
+
+    def resume_reconfigure(self, node: str, gpu: int, layout: Layout, at: int) -> None:
+        """A layout change begun at ``at``, before the book was rebuilt (a driver that
+        restarted): the GPU keeps no instances, so takes no work, until ``reconfigured``.
+        KeyError for an unknown node; NotIdle while a run holds the GPU."""
+        self.state.set_mig_layout(node, gpu, ())
+        self.reconfiguring[(node, gpu)] = layout
+        self.mig_changed[(node, gpu)] = at
 
     def reconfigured(self, node: str, gpu: int) -> Layout:
         """The layout change under way on GPU ``gpu`` of ``node`` is done: the GPU gets its

@@ -125,6 +125,18 @@ booting_nodes = sa.Table(
     sa.Column("created", Time, nullable=False),
 )
 
+# MIG layout changes sent to a node's agent and not yet reported done: a restarted
+# controller keeps the GPU out of work and sends them again. ``layout``: the
+# protocol's ``PROFILE@START`` list, null to turn MIG off.
+mig_orders = sa.Table(
+    "mig_orders",
+    metadata,
+    sa.Column("node", sa.String(128), primary_key=True),
+    sa.Column("gpu", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("layout", sa.JSON),
+    sa.Column("time", Time, nullable=False),
+)
+
 tokens = sa.Table(
     "tokens",
     metadata,
