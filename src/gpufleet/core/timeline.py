@@ -41,6 +41,7 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 
 import numpy as np
+from numba import njit
 
 from gpufleet.core.columns import Rows
 from gpufleet.core.fit import mig_instances, static_gpu_ok
@@ -50,7 +51,6 @@ from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
 NEVER = np.iinfo(np.int64).max // 4
 """A time later than any real one: 'not within the horizon'."""
-_EARLIEST = np.iinfo(np.int64).min
 _TRUE = np.ones(1, dtype=np.bool_)
 
 
@@ -62,6 +62,104 @@ def _after_true(flags: BoolArray) -> BoolArray:
 def _then(values: IntArray, last: int) -> IntArray:
     """``values``, then ``last``."""
     return np.concatenate((values, np.array([last], dtype=values.dtype)))
+
+
+# Compiled kernels over a Blocks' spans (sorted by node, then start; merged per
+# node): backfill asks them once per waiting job, and a dozen numpy passes over
+# a few hundred spans cost far more than one loop.
+
+
+@njit(cache=True, nogil=True)
+def _insert(
+    node: IntArray, start: IntArray, end: IntArray, idx: IntArray, begin: int, until: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """The spans with [begin, until) added on the nodes ``idx`` (sorted), merged per node."""
+    n, m = len(node), len(idx)
+    out_node = np.empty(n + m, dtype=np.int64)
+    out_start = np.empty(n + m, dtype=np.int64)
+    out_end = np.empty(n + m, dtype=np.int64)
+    c = i = j = 0
+    while i < n or j < m:
+        if j < m and (i >= n or idx[j] < node[i] or (idx[j] == node[i] and begin < start[i])):
+            v, a, b = idx[j], begin, until
+            j += 1
+        else:
+            v, a, b = node[i], start[i], end[i]
+            i += 1
+        if c > 0 and out_node[c - 1] == v and a <= out_end[c - 1]:
+            out_end[c - 1] = max(out_end[c - 1], b)
+        else:
+            out_node[c], out_start[c], out_end[c] = v, a, b
+            c += 1
+    return out_node[:c], out_start[:c], out_end[:c]
+
+
+@njit(cache=True, nogil=True)
+def _merge_sorted(
+    node: IntArray, start: IntArray, end: IntArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Spans sorted by (node, start), those of a node that overlap or touch merged."""
+    empty = np.zeros(0, dtype=np.int64)
+    return _insert(node, start, end, empty, 0, 0)
+
+
+@njit(cache=True, nogil=True)
+def _usable(nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int, length: int) -> BoolArray:
+    ok = np.ones(nodes, dtype=np.bool_)
+    for i in range(len(node)):
+        if start[i] < at + length and end[i] > at:
+            ok[node[i]] = False
+    return ok
+
+
+@njit(cache=True, nogil=True)
+def _shift(times: IntArray, length: int, node: IntArray, start: IntArray, end: IntArray) -> IntArray:
+    """``Blocks.shift``: per node, the first gap from its time on that holds ``length``."""
+    out = times.copy()
+    n, i = len(node), 0
+    while i < n:
+        v = node[i]
+        at = times[v]
+        found = False
+        while i < n and node[i] == v:
+            if not found:
+                if at + length <= start[i]:
+                    found = True
+                else:
+                    at = max(at, end[i])
+            i += 1
+        out[v] = NEVER if times[v] >= NEVER else at
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _earliest(
+    t: IntArray,
+    length: int,
+    k: int,
+    horizon: int,
+    node: IntArray,
+    start: IntArray,
+    end: IntArray,
+) -> tuple[int, IntArray]:
+    """``Timeline.earliest`` once each node's own time ``t`` is known: the start and
+    its nodes (start -1: none by ``horizon``)."""
+    first = _shift(t, length, node, start, end)
+    ready = t
+    while True:
+        shifted = _shift(ready, length, node, start, end)
+        if (shifted < NEVER).sum() < k:
+            return -1, np.zeros(0, dtype=np.int64)
+        at = np.sort(shifted)[k - 1]
+        if at > horizon:
+            return -1, np.zeros(0, dtype=np.int64)
+        ok = (t <= at) & _usable(len(t), node, start, end, at, length)
+        if ok.sum() >= k:
+            break
+        ready = np.maximum(t, at)
+    candidates = np.flatnonzero(ok)
+    chosen = candidates[np.argsort(first[candidates], kind="mergesort")[:k]]
+    return at, np.sort(chosen)
 
 
 @dataclass
@@ -89,46 +187,23 @@ class Blocks:
     def add(self, nodes: IntArray | BoolArray, start: int, end: int) -> None:
         """Block ``nodes`` over [start, end)."""
         idx = np.asarray(nodes)
-        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx.astype(np.int64)
+        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else np.sort(idx.astype(np.int64))
         if start >= end or not len(idx):
             return
-        span = np.full(len(idx), start, dtype=np.int64), np.full(len(idx), end, dtype=np.int64)
-        self._set(
-            np.concatenate([self.node, idx]),
-            np.concatenate([self.start, span[0]]),
-            np.concatenate([self.end, span[1]]),
-        )
+        self.node, self.start, self.end = _insert(self.node, self.start, self.end, idx, start, end)
 
     def merged(self, other: Blocks) -> Blocks:
         out = self.copy()
-        out._set(
-            np.concatenate([self.node, other.node]),
-            np.concatenate([self.start, other.start]),
-            np.concatenate([self.end, other.end]),
-        )
-        return out
-
-    def _set(self, node: IntArray, start: IntArray, end: IntArray) -> None:
-        """Keep these spans, merged per node where they overlap or touch."""
-        if not len(node):
-            return
+        node = np.concatenate([self.node, other.node])
+        start = np.concatenate([self.start, other.start])
         order = np.lexsort((start, node))
-        node, start, end = node[order], start[order], end[order]
-        # The latest end so far within each node: ranks of ends offset by node keep
-        # one running maximum from crossing into the next node.
-        ends, rank = np.unique(end, return_inverse=True)
-        width = len(ends)
-        reach = ends[np.maximum.accumulate(node * width + rank.ravel()) - node * width]
-        first = _after_true((node[1:] != node[:-1]) | (start[1:] > reach[:-1]))
-        heads = np.flatnonzero(first)
-        tails = _then(heads[1:] - 1, len(node) - 1)
-        self.node, self.start, self.end = node[heads], start[heads], reach[tails]
+        end = np.concatenate([self.end, other.end])[order]
+        out.node, out.start, out.end = _merge_sorted(node[order], start[order], end)
+        return out
 
     def usable(self, at: int, length: int) -> BoolArray:
         """Nodes a job may hold over [at, at + length) without overlapping a block."""
-        ok = np.ones(self.nodes, dtype=np.bool_)
-        ok[self.node[(self.start < at + length) & (self.end > at)]] = False
-        return ok
+        return _usable(self.nodes, self.node, self.start, self.end, at, length)
 
     def next_end(self, after: int, nodes: BoolArray) -> int | None:
         """The first end of a span on ``nodes`` after ``after`` (None: none)."""
@@ -137,21 +212,7 @@ class Blocks:
 
     def shift(self, times: IntArray, length: int) -> IntArray:
         """Per node, the first time >= ``times`` at which a job of ``length`` fits around blocks."""
-        if not len(self.node):
-            return times.copy()
-        node = self.node
-        new = _after_true(node[1:] != node[:-1])
-        # The free gaps of each node: before each span (from the previous one's
-        # end) and after its last span.
-        gap_from = np.where(new, _EARLIEST, np.concatenate(([0], self.end[:-1])))
-        at = np.maximum(times[node], gap_from)
-        fits = at + length <= self.start
-        out = times.copy()
-        out[node] = NEVER  # set below from the gaps
-        last = _then(np.flatnonzero(new)[1:] - 1, len(node) - 1)
-        np.minimum.at(out, node[last], np.maximum(times[node[last]], self.end[last]))
-        np.minimum.at(out, node[fits], at[fits])
-        return np.where(times >= NEVER, NEVER, out)
+        return _shift(times, length, self.node, self.start, self.end)
 
 
 @dataclass(frozen=True)
@@ -226,6 +287,7 @@ class Timeline:
         self._holders: _Flat | None = None
         self._built: _Events | None = None
         self._batched: dict[tuple[bytes, int], _Events] = {}
+        self._times: dict[Request, IntArray] = {}  # node_times over the exact events
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
@@ -242,6 +304,7 @@ class Timeline:
         self._holders = None
         self._built = None
         self._batched.clear()
+        self._times.clear()
 
     def _flat(self) -> _Flat:
         """Every holder's assignments and end, as flat arrays."""
@@ -283,10 +346,19 @@ class Timeline:
 
         Counts only releases; the state must already hold every holder's
         allocation, so capacity only grows along the timeline. ``ev``: the
-        events to read (``_events``).
+        events to read (``_events``); without, the answer is kept until a holder
+        changes (many waiting jobs of a backlog share a few requests).
         """
+        if ev is None:
+            times = self._times.get(r)
+            if times is None:
+                times = self._times[r] = self._node_times(r, self._events())
+                times.flags.writeable = False  # shared by every query until then
+            return times
+        return self._node_times(r, ev)
+
+    def _node_times(self, r: Request, ev: _Events) -> IntArray:
         st, now = self.state, self.now
-        ev = ev or self._events()
         t = np.where(st.healthy, now, NEVER)
         t = np.maximum(t, ev.cpu.first(st.cpu_free, r.cpu_milli, now))
         t = np.maximum(t, ev.mem.first(st.mem_free, r.memory_mib, now))
@@ -345,26 +417,10 @@ class Timeline:
         if whole_nodes:
             t = np.maximum(t, self._events().node_idle())
         t = np.where(nodes, t, NEVER)
-        k = r.nodes
-        first = blocks.shift(t, length)
-        ready = t
-        # A node free early may be held later, across the start the slowest
-        # node sets: re-check every node over the final window, and push the
-        # start on until k nodes are free and unheld all through it.
-        while True:
-            shifted = blocks.shift(ready, length)
-            if int((shifted < NEVER).sum()) < k:
-                return None
-            start = int(np.partition(shifted, k - 1)[k - 1])
-            if start > horizon:
-                return None
-            ok = (t <= start) & blocks.usable(start, length)
-            if int(ok.sum()) >= k:
-                break
-            ready = np.maximum(t, start)
-        candidates = np.flatnonzero(ok)
-        chosen = candidates[np.argsort(first[candidates], kind="stable")[:k]]
-        return PlannedStart(start, np.sort(chosen), self.hold(start, length))
+        start, chosen = _earliest(t, length, r.nodes, horizon, blocks.node, blocks.start, blocks.end)
+        if start < 0:
+            return None
+        return PlannedStart(start, chosen, self.hold(start, length))
 
     def _will_run(
         self,
