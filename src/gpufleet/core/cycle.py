@@ -310,6 +310,7 @@ class _Shape:
     """Per (request, partition, reservation) facts found during one cycle."""
 
     failed_at: int = NEVER  # shortest time limit that failed to place now
+    failed_nodes: BoolArray | None = None  # nodes a failed placement could use (see _start)
     unplanned_at: int = NEVER  # shortest time limit that found no planned start in the window
     never: bool | None = None  # would not fit even on an idle cluster
 
@@ -531,10 +532,11 @@ class _Cycle:
         ):
             self.tested += 1
             self.events += 1
-            if self._start(job, access):
+            if self._start(job, access, shape):
                 return
             if self._preempt(job, access):
-                for other in self.shapes.values():  # victims freed room: retry every shape
+                self._forget_failures()  # victims freed room: retry every shape
+                for other in self.shapes.values():
                     other.failed_at = NEVER
                 return
             shape.failed_at = min(shape.failed_at, length)
@@ -576,12 +578,21 @@ class _Cycle:
     def _usable_now(self, job: Job, access: Access) -> BoolArray:
         return access.nodes & access.blocks.usable(self.now, self._length(job))
 
-    def _start(self, job: Job, access: Access) -> bool:
+    def _start(self, job: Job, access: Access, shape: _Shape) -> bool:
         usable = self._usable_now(job, access)
         if job.exclusive:
             usable = usable & idle_nodes(self.state)
+        known = shape.failed_nodes
+        if known is not None and not (usable & ~known).any():
+            # No node a failed placement of the shape lacked: capacity only shrank since,
+            # and the fit (with no profile filter) never gains a node as it shrinks.
+            return False
         placed = self._placer(usable).place(self.state, job.request)
         if placed is None:
+            if not self.p.placement.filters:
+                single = known is not None and job.request.nodes == 1
+                # One node short anywhere is short on the union; a gang needs one mask.
+                shape.failed_nodes = usable | known if single else usable
             return False
         for a in placed:
             self.journal.log.append((1, a))  # the placer allocated it; undo at the end
@@ -616,8 +627,14 @@ class _Cycle:
             self.timeline.remove(v.job.id)
         if room is not None:
             self.timeline.remove(_PROMISE + job.id)
+        self._forget_failures()  # what the job left of the room is free
         self._record_start(job, placed)
         return True
+
+    def _forget_failures(self) -> None:
+        """Capacity grew: a node where a placement failed may now fit it."""
+        for shape in self.shapes.values():
+            shape.failed_nodes = None
 
     def _take_promised(self) -> dict[str, Sequence[Assignment]]:
         """Allocate the rooms promised to pending jobs, so no other job takes them first."""
