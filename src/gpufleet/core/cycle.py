@@ -111,6 +111,8 @@ _PROMISE = "promised:"
 """Timeline key prefix of a promised room (not a job id the drivers make)."""
 NodeChoice = tuple[tuple[str, ...], tuple[str, ...], str]
 """The constraints that narrow a job's nodes: nodelist, exclude, constraint."""
+ShapeKey = tuple[Request, str, str, Constraints]
+"""A request shape: request, partition, reservation, constraints (see ``_Shape``)."""
 
 
 def _has_deps(job: Job) -> bool:
@@ -315,6 +317,22 @@ class _Shape:
     never: bool | None = None  # would not fit even on an idle cluster
 
 
+def _where(nodelist: tuple[str, ...], exclude: tuple[str, ...], constraint: str) -> NodeChoice | None:
+    """The node choice of these constraints; None when they narrow nothing."""
+    return (nodelist, exclude, constraint) if nodelist or exclude or constraint else None
+
+
+def _covered(shape: _Shape, usable: BoolArray) -> bool:
+    """Whether a placement of the shape failed on every one of the ``usable`` nodes.
+
+    Then this one fails too: capacity only shrinks during a cycle (until a
+    preemption or a victim's room frees some: ``_Cycle._forget_failures``),
+    and the fit, with no profile filter, never gains a node as capacity shrinks.
+    """
+    known = shape.failed_nodes
+    return known is not None and not (usable & ~known).any()
+
+
 class _Cycle:
     def __init__(self, snapshot: Snapshot, profile: SchedulingProfile, now: int) -> None:
         self.s = snapshot
@@ -339,7 +357,7 @@ class _Cycle:
         )
         # Nodes kept for planned starts and for exclusive jobs, per time span.
         self.planned = Blocks.none(self.state.num_nodes)
-        self.shapes: dict[tuple[Request, str, str, Constraints], _Shape] = {}
+        self.shapes: dict[ShapeKey, _Shape] = {}
         self.partition_masks: dict[str, BoolArray] = {}
         self.constraint_masks: dict[NodeChoice, BoolArray] = {}
         # Keyed by partition and node choice; shares self.planned, so stays current.
@@ -443,8 +461,10 @@ class _Cycle:
                 pos += 1
                 continue
             part = view.window(pos, pos + window)
-            settled, reasons = self._settle(part)
+            settled, reasons, tried = self._settle(part)
             stop = len(part) if settled.all() else int(np.argmin(settled))
+            if tried[:stop].any():
+                self._tried(part, np.flatnonzero(tried[:stop]))
             ids = part.column("id", object)[:stop].tolist()
             self.plan.reasons.update(zip(ids, reasons[:stop].tolist(), strict=True))
             pos += stop
@@ -453,21 +473,24 @@ class _Cycle:
             else:
                 window *= 2
 
-    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray]:
-        """Which of these jobs ``_consider`` would only give a reason now, and the reasons.
+    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray, BoolArray]:
+        """Which of these jobs ``_consider`` would only give a reason now, the reasons,
+        and which of them it would test, to fail as a placement of their shape did.
 
         Exact for the cycle's current facts; a job it cannot settle (one that
-        would be tested, get a planned start, or change any fact) reads False.
+        would be placed, get a planned start, or change any fact but its
+        shape's failure memo and the tested count, see ``_tried``) reads False.
         """
         reasons = np.full(len(queue), "", dtype=object)
+        none = np.zeros(len(queue), dtype=np.bool_)
         if not self.bulk:
-            return np.zeros(len(queue), dtype=np.bool_), reasons
+            return none, reasons, none
         for a in reversed(self.p.admission):  # the first plugin's reason wins
             said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
             reasons = np.where(said != "", said, reasons)
         open_ = reasons == ""
         if not self.quiet_gate:
-            return ~open_, reasons
+            return ~open_, reasons, none
         blocked = _member(queue, "partition", self.strict_blocked)
         waiting = _member(queue, "partition", self.waiting)
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
@@ -484,16 +507,57 @@ class _Cycle:
         plans = (limit < unplanned) & wants
         nna = open_ & ~blocked & (never == 1)
         behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~plans
+        # A test that would fail as before leaves the job waiting behind the first.
+        tried = open_ & ~blocked & (never == 0) & tries & waiting & ~plans
+        if bf is None or self.p.preemption is not None or not tried.any():
+            tried = none
+        else:
+            tried &= self._fail_as_before(tried, codes, keys, limit)
         reasons[open_ & blocked] = PRIORITY
         reasons[nna] = NODE_NOT_AVAIL
-        reasons[behind] = PRIORITY
-        settled = ~open_ | blocked | nna | behind
+        reasons[behind | tried] = PRIORITY
+        settled = ~open_ | blocked | nna | behind | tried
         if self.signalled_for or self.promised:  # a job with its own room is considered alone
             ids = queue.column("id", object)
             settled &= ~np.array([i in self.signalled_for or i in self.promised for i in ids])
         if self.p.gate is not None:  # the gate answers these jobs one by one
             settled &= queue.column("reservation", object) == ""
-        return settled, reasons
+        return settled, reasons, tried & settled
+
+    def _fail_as_before(
+        self, tried: BoolArray, codes: IntArray, keys: Sequence[ShapeKey], limit: IntArray
+    ) -> BoolArray:
+        """Which of the ``tried`` jobs (codes of ``keys``, lengths ``limit``) a failed
+        placement of their shape covers (``_covered``); exclusive jobs are not judged."""
+        out = np.zeros(len(tried), dtype=np.bool_)
+        covered: dict[tuple[int, int], bool] = {}
+        at = np.flatnonzero(tried)
+        for i, code, length in zip(at.tolist(), codes[at].tolist(), limit[at].tolist(), strict=True):
+            hit = covered.get((code, length))
+            if hit is None:
+                _, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
+                shape = self.shapes.get(keys[code])
+                hit = False
+                if shape is not None and not exclusive:
+                    access = self._plain_access(partition, _where(nodelist, exclude, constraint))
+                    usable = access.nodes & access.blocks.usable(self.now, length)
+                    hit = _covered(shape, usable)
+                covered[code, length] = hit
+            out[i] = hit
+        return out
+
+    def _tried(self, queue: QueueView, at: IntArray) -> None:
+        """Count the tests the jobs at ``at`` of ``queue`` (settled as failing as before)
+        make, in order, and keep their shapes' failure memo, as ``_consider`` would."""
+        codes, keys = queue.codes("request", "partition", "reservation", "constraints")
+        limit = queue.column(self.length_attr)
+        bf = self.backfill
+        assert bf is not None  # _settle judges tests only with backfill
+        for code, length in zip(codes[at].tolist(), limit[at].tolist(), strict=True):
+            shape = self.shapes[keys[code]]
+            if length < shape.failed_at and bf.may_test(self.tested):
+                self.tested += 1
+                shape.failed_at = length
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
@@ -531,37 +595,49 @@ class _Cycle:
             backfill and self.waiting and not backfill.may_test(self.tested)
         ):
             self.tested += 1
-            self.events += 1
-            if self._start(job, access, shape):
-                return
-            if self._preempt(job, access):
-                self._forget_failures()  # victims freed room: retry every shape
-                for other in self.shapes.values():
-                    other.failed_at = NEVER
-                return
+            usable = self._usable_now(job, access)
+            if job.exclusive:
+                usable = usable & idle_nodes(self.state)
+            # A test that fails as a placement of its shape did changes only the memo below.
+            if not (self.p.preemption is None and _covered(shape, usable)):
+                self.events += 1
+                if self._start(job, usable, shape):
+                    return
+                if self._preempt(job, access):
+                    self._forget_failures()  # victims freed room: retry every shape
+                    for other in self.shapes.values():
+                        other.failed_at = NEVER
+                    return
             shape.failed_at = min(shape.failed_at, length)
         self._wait(job, access, shape)
 
     def _access(self, job: Job) -> Access:
-        nodes = self.partition_masks.get(job.partition)
+        where = _where(job.nodelist, job.exclude, job.constraint)
+        if self.p.gate is None or (self.quiet_gate and not job.reservation):
+            return self._plain_access(job.partition, where)
+        self.events += 1  # a gate's answer is per job
+        access = self.p.gate.access(self.s, job, self._nodes(job.partition, where), self.now)
+        return replace(access, blocks=access.blocks.merged(self.planned))
+
+    def _nodes(self, partition: str, where: NodeChoice | None) -> BoolArray:
+        """The nodes of ``partition`` that the constraints ``where`` allow."""
+        nodes = self.partition_masks.get(partition)
         if nodes is None:
-            nodes = partition_nodes(self.state, self.s.partitions[job.partition])
-            self.partition_masks[job.partition] = nodes
-        where: NodeChoice | None = None
-        if job.nodelist or job.exclude or job.constraint:
-            where = job.nodelist, job.exclude, job.constraint
+            nodes = partition_nodes(self.state, self.s.partitions[partition])
+            self.partition_masks[partition] = nodes
+        if where is not None:
             mask = self.constraint_masks.get(where)
             if mask is None:
                 mask = self.constraint_masks[where] = node_mask(self.state, *where)
             nodes = nodes & mask
-        if self.p.gate is None or (self.quiet_gate and not job.reservation):
-            access = self.plain_access.get((job.partition, where))
-            if access is None:
-                access = self.plain_access[job.partition, where] = Access(nodes, self.planned)
-        else:
-            self.events += 1  # a gate's answer is per job
-            access = self.p.gate.access(self.s, job, nodes, self.now)
-            access = replace(access, blocks=access.blocks.merged(self.planned))
+        return nodes
+
+    def _plain_access(self, partition: str, where: NodeChoice | None) -> Access:
+        """Access without a gate's word: the nodes, around the cycle's planned starts."""
+        access = self.plain_access.get((partition, where))
+        if access is None:
+            access = Access(self._nodes(partition, where), self.planned)
+            self.plain_access[partition, where] = access
         return access
 
     def _placer(self, mask: BoolArray) -> Placer:
@@ -578,21 +654,17 @@ class _Cycle:
     def _usable_now(self, job: Job, access: Access) -> BoolArray:
         return access.nodes & access.blocks.usable(self.now, self._length(job))
 
-    def _start(self, job: Job, access: Access, shape: _Shape) -> bool:
-        usable = self._usable_now(job, access)
-        if job.exclusive:
-            usable = usable & idle_nodes(self.state)
-        known = shape.failed_nodes
-        if known is not None and not (usable & ~known).any():
-            # No node a failed placement of the shape lacked: capacity only shrank since,
-            # and the fit (with no profile filter) never gains a node as it shrinks.
+    def _start(self, job: Job, usable: BoolArray, shape: _Shape) -> bool:
+        """Place ``job`` now on the ``usable`` nodes."""
+        if _covered(shape, usable):
             return False
         placed = self._placer(usable).place(self.state, job.request)
         if placed is None:
             if not self.p.placement.filters:
-                single = known is not None and job.request.nodes == 1
+                known = shape.failed_nodes
                 # One node short anywhere is short on the union; a gang needs one mask.
-                shape.failed_nodes = usable | known if single else usable
+                single = known is not None and job.request.nodes == 1
+                shape.failed_nodes = usable | known if single and known is not None else usable
             return False
         for a in placed:
             self.journal.log.append((1, a))  # the placer allocated it; undo at the end
