@@ -214,6 +214,7 @@ def same(a: Plan, b: Plan) -> None:
     assert a.starts == b.starts
     assert (a.expected_start, a.expected_nodes) == (b.expected_start, b.expected_nodes)
     assert list(a.reasons.items()) == list(b.reasons.items())
+    assert a.stats["tested"] == b.stats["tested"]
 
 
 @pytest.mark.parametrize("backfill", ["none", "easy", "easy-capped", "conservative"])

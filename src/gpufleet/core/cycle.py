@@ -317,7 +317,9 @@ class _Shape:
     never: bool | None = None  # would not fit even on an idle cluster
 
 
-def _where(nodelist: tuple[str, ...], exclude: tuple[str, ...], constraint: str) -> NodeChoice | None:
+def _where(
+    nodelist: tuple[str, ...], exclude: tuple[str, ...], constraint: str
+) -> NodeChoice | None:
     """The node choice of these constraints; None when they narrow nothing."""
     return (nodelist, exclude, constraint) if nodelist or exclude or constraint else None
 
@@ -532,7 +534,8 @@ class _Cycle:
         out = np.zeros(len(tried), dtype=np.bool_)
         covered: dict[tuple[int, int], bool] = {}
         at = np.flatnonzero(tried)
-        for i, code, length in zip(at.tolist(), codes[at].tolist(), limit[at].tolist(), strict=True):
+        judged = zip(at.tolist(), codes[at].tolist(), limit[at].tolist(), strict=True)
+        for i, code, length in judged:
             hit = covered.get((code, length))
             if hit is None:
                 _, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]

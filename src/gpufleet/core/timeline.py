@@ -104,7 +104,9 @@ def _merge_sorted(
 
 
 @njit(cache=True, nogil=True)
-def _usable(nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int, length: int) -> BoolArray:
+def _usable(
+    nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int, length: int
+) -> BoolArray:
     ok = np.ones(nodes, dtype=np.bool_)
     for i in range(len(node)):
         if start[i] < at + length and end[i] > at:
@@ -113,7 +115,9 @@ def _usable(nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int,
 
 
 @njit(cache=True, nogil=True)
-def _shift(times: IntArray, length: int, node: IntArray, start: IntArray, end: IntArray) -> IntArray:
+def _shift(
+    times: IntArray, length: int, node: IntArray, start: IntArray, end: IntArray
+) -> IntArray:
     """``Blocks.shift``: per node, the first gap from its time on that holds ``length``."""
     out = times.copy()
     n, i = len(node), 0
@@ -186,8 +190,10 @@ class Blocks:
 
     def add(self, nodes: IntArray | BoolArray, start: int, end: int) -> None:
         """Block ``nodes`` over [start, end)."""
-        idx = np.asarray(nodes)
-        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else np.sort(idx.astype(np.int64))
+        given = np.asarray(nodes)
+        idx: IntArray = (
+            np.flatnonzero(given) if given.dtype == np.bool_ else np.sort(given.astype(np.int64))
+        )
         if start >= end or not len(idx):
             return
         self.node, self.start, self.end = _insert(self.node, self.start, self.end, idx, start, end)
@@ -417,7 +423,8 @@ class Timeline:
         if whole_nodes:
             t = np.maximum(t, self._events().node_idle())
         t = np.where(nodes, t, NEVER)
-        start, chosen = _earliest(t, length, r.nodes, horizon, blocks.node, blocks.start, blocks.end)
+        spans = blocks.node, blocks.start, blocks.end
+        start, chosen = _earliest(t, length, r.nodes, horizon, *spans)
         if start < 0:
             return None
         return PlannedStart(start, chosen, self.hold(start, length))
