@@ -1,15 +1,17 @@
 """Runtime prediction against limits and an oracle: mean JCT of shortest-job-first three ways.
 
-The workload is the shipped generator with users' habits for time limits
-(``limit_habits``: each user overestimates by one factor from 2 to 10 and
-picks a round limit of 1, 2, 4, 8, 12, 24, 48, 72 or 168 hours; a quarter
-of users set none and get a 24-hour default), five scripts per user, none
-longer than 4 hours, on ``examples/nodes.csv`` (64 GPUs) at about 1.9
-times its capacity (drawn for 12 GPUs at load 10, so no job is wider than
-a node), a busy cluster whose queue builds up::
+The workload is the shipped generator with limits as production logs show
+them (``limit_per_job``): each job's runtime times a factor of its own from
+2 to 10, rounded up to the few values users pick (15 minutes, 1 hour, 4
+hours, 1 day, or the partition's maximum of 3 days, which a quarter of users
+get for every job by setting none); five scripts per user, none longer than
+4 hours, on ``examples/nodes.csv`` (64 GPUs) at about 1.9 times its capacity
+(drawn for 12 GPUs at load 10, so no job is wider than a node), a busy
+cluster whose queue builds up::
 
     synthetic:n_jobs=800,seed=S,gpus_total=12,load=10,max_duration_s=14400,scripts=5,
-              limit_overestimate_min=2,limit_overestimate=10,limit_habits=true
+              limit_overestimate_min=2,limit_overestimate=10,limit_habits=true,
+              limit_per_job=true,limit_default_h=72
 
 Each seed is replayed under ``examples/sjf.toml`` (SJF by the limits),
 ``examples/predict.toml`` (SJF by learnt estimates, backfill on them) and
@@ -38,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 WORKLOAD = (
     "synthetic:n_jobs={n},seed={seed},gpus_total=12,load=10,max_duration_s=14400,scripts=5,"
-    "limit_overestimate_min=2,limit_overestimate=10,limit_habits=true"
+    "limit_overestimate_min=2,limit_overestimate=10,limit_habits=true,limit_per_job=true,"
+    "limit_default_h=72"
 )
 PROFILES = {"limits": "sjf.toml", "predicted": "predict.toml", "oracle": "sjf-oracle.toml"}
 SEEDS = (1, 2, 3, 4, 5)

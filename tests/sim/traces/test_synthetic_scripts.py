@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.sim.traces.record import TraceJob
-from gpufleet.sim.traces.synthetic import LIMIT_LADDER_H, WorkloadShape, generate
+from gpufleet.sim.traces.synthetic import (
+    LIMIT_LADDER_H,
+    MODAL_LIMITS_H,
+    WorkloadShape,
+    generate,
+)
 
 
 def test_scripts_repeat_with_their_typical_duration() -> None:
@@ -119,3 +124,52 @@ def test_a_per_user_habit_asks_one_limit_unless_a_job_would_outrun_it() -> None:
 def test_limit_per_user_needs_limit_habits() -> None:
     with pytest.raises(ValueError, match="limit_per_user: needs limit_habits"):
         WorkloadShape(limit_per_user=True)
+
+
+PER_JOB = HABITS.model_copy(  # runtimes of at most 4 hours, as in benchmarks/elastic_predict.py
+    update={
+        "limit_per_job": True,
+        "limit_default_h": 72,
+        "limit_fixed_share": 0.0,
+        "max_duration_s": 4 * 3600,
+    }
+)
+
+
+def test_per_job_limits_round_a_factor_of_their_own_up_to_the_modal_values() -> None:
+    rungs = sorted(round(h * 3600) for h in (*MODAL_LIMITS_H, 72))
+    for j in generate(2000, seed=5, gpus_total=64, shape=PER_JOB):
+        limit = j.time_limit_s
+        assert limit in rungs and limit >= 2 * j.duration_s
+        below = [r for r in rungs if r < limit]
+        # the rung below would not have covered the job's factor (at most 10) times its runtime
+        assert not below or below[-1] < 10 * j.duration_s
+
+
+def test_per_job_limits_differ_between_runs_of_one_script() -> None:
+    limits: dict[tuple[str, str, float], set[int | None]] = {}
+    for j in generate(2000, seed=5, gpus_total=64, shape=PER_JOB):
+        limits.setdefault((j.user, j.labels["name"]), set()).add(j.time_limit_s)
+    assert sum(len(v) > 1 for v in limits.values()) / len(limits) > 0.2
+
+
+def test_users_who_set_no_limit_get_the_partition_maximum_per_job() -> None:
+    shape = PER_JOB.model_copy(update={"limit_fixed_share": 1.0})
+    assert {j.time_limit_s for j in generate(500, seed=5, gpus_total=64, shape=shape)} == {
+        72 * 3600
+    }
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"limit_per_job": True}, "limit_per_job: needs limit_habits"),
+        (
+            {"limit_per_job": True, "limit_habits": True, "limit_per_user": True},
+            "limit_per_job: not with limit_per_user",
+        ),
+    ],
+)
+def test_limit_per_job_is_a_kind_of_habit(update: dict[str, bool], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WorkloadShape(**update)

@@ -123,8 +123,8 @@ def test_options_text() -> None:
             "synthetic: colour: unknown key (known: load, gpus_per_node, size_mix, "
             "duration_median_s, duration_sigma, size_duration_exponent, min_duration_s, "
             "max_duration_s, users, accounts, user_skew, priority_mix, limit_overestimate, "
-            "limit_overestimate_min, limit_habits, limit_per_user, limit_fixed_share, "
-            "limit_default_h, scripts, "
+            "limit_overestimate_min, limit_habits, limit_per_user, limit_per_job, "
+            "limit_fixed_share, limit_default_h, scripts, "
             "script_jitter, checkpoint_interval_s, "
             "checkpoint_share, cpu_milli_per_gpu, memory_mib_per_gpu, "
             "partition, mig_share, mig_profile, daily_swing, peak_hour)",

@@ -51,7 +51,12 @@ once with numpy (100,000 jobs take well under a second to draw):
   mean of their scripts' typical durations, or the workload's median
   without scripts), and ask for it every time, for a job that would outrun
   it the smallest rung that lets it finish. Limits then say who submitted
-  a job more than how long it runs.
+  a job more than how long it runs. With ``limit_per_job`` each job gets a
+  factor of its own from the range instead, times its own runtime, and the
+  user rounds that up to the few values logs show most often,
+  ``MODAL_LIMITS_H`` (15 minutes, 1 hour, 4 hours, 1 day) or the
+  partition's maximum, ``limit_default_h``, which is also what the users
+  who set no limit get: limits then err per job, and say little within a rung.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -81,6 +86,9 @@ few zeros would otherwise ask numpy for terabytes."""
 
 LIMIT_LADDER_H = (1, 2, 4, 8, 12, 24, 48, 72, 168)
 """The round time limits (hours) users with limit habits pick from."""
+
+MODAL_LIMITS_H = (0.25, 1, 4, 24)
+"""The round limits (hours) below the partition's maximum that ``limit_per_job`` rounds up to."""
 
 DEFAULT_SIZE_MIX: dict[float, float] = {
     0.25: 0.08,
@@ -118,6 +126,7 @@ class WorkloadShape(BaseModel):
     limit_overestimate_min: float = Field(1.0, ge=1)
     limit_habits: bool = False
     limit_per_user: bool = False
+    limit_per_job: bool = False
     limit_fixed_share: float = Field(0.25, ge=0, le=1)
     limit_default_h: int = Field(24, gt=0)
     scripts: int = Field(0, ge=0)
@@ -167,6 +176,10 @@ class WorkloadShape(BaseModel):
             raise ValueError("limit_overestimate_min: must not exceed limit_overestimate")
         if self.limit_per_user and not self.limit_habits:
             raise ValueError("limit_per_user: needs limit_habits")
+        if self.limit_per_job and not self.limit_habits:
+            raise ValueError("limit_per_job: needs limit_habits")
+        if self.limit_per_job and self.limit_per_user:
+            raise ValueError("limit_per_job: not with limit_per_user")
         if self.min_duration_s > self.max_duration_s:
             raise ValueError("min_duration_s: must not exceed max_duration_s")
         return self
@@ -388,10 +401,17 @@ def _habit_limits(
 ) -> NDArray[np.int64]:
     """Round limits from each user's habits (see the module docstring), never below the
     job's duration: a job its limit would cut short is not what a user resubmits."""
-    factor = rng.uniform(shape.limit_overestimate_min, shape.limit_overestimate, shape.users)
+    low, high = shape.limit_overestimate_min, shape.limit_overestimate
+    if shape.limit_per_job:
+        factor = rng.uniform(low, high, len(durations))
+        hours = [h for h in MODAL_LIMITS_H if h < shape.limit_default_h] + [shape.limit_default_h]
+        need = factor * durations
+    else:
+        factor = rng.uniform(low, high, shape.users)[users]
+        hours = list(LIMIT_LADDER_H)
+        need = np.maximum(factor * expected, durations)
     fixed = rng.random(shape.users) < shape.limit_fixed_share
-    ladder = np.array(LIMIT_LADDER_H, dtype=np.float64) * 3600
-    need = np.maximum(factor[users] * expected, durations)
+    ladder = np.array(hours, dtype=np.float64) * 3600
     rung = np.minimum(np.searchsorted(ladder, need), len(ladder) - 1)
     limits = np.maximum(ladder[rung], durations)
     # A user who sets no limit gets the default, and says more only when a job needs more.
