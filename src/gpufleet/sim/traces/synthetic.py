@@ -53,10 +53,10 @@ once with numpy (100,000 jobs take well under a second to draw):
   it the smallest rung that lets it finish. Limits then say who submitted
   a job more than how long it runs. With ``limit_per_job`` each job gets a
   factor of its own from the range instead, times its own runtime, and the
-  user rounds that up to the few values logs show most often,
-  ``MODAL_LIMITS_H`` (15 minutes, 1 hour, 4 hours, 1 day) or the
-  partition's maximum, ``limit_default_h``, which is also what the users
-  who set no limit get: limits then err per job, and say little within a rung.
+  user rounds that up to one of a few round values, ``MODAL_LIMITS_H`` (15
+  minutes, 1 hour, 4 hours, 1 day) or the partition's maximum,
+  ``limit_default_h``, which is also what the users who set no limit get:
+  limits then err per job, and are modal as in production logs.
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
