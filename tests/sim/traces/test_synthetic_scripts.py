@@ -147,7 +147,7 @@ def test_per_job_limits_round_a_factor_of_their_own_up_to_the_modal_values() -> 
 
 
 def test_per_job_limits_differ_between_runs_of_one_script() -> None:
-    limits: dict[tuple[str, str, float], set[int | None]] = {}
+    limits: dict[tuple[str, str], set[int | None]] = {}
     for j in generate(2000, seed=5, gpus_total=64, shape=PER_JOB):
         limits.setdefault((j.user, j.labels["name"]), set()).add(j.time_limit_s)
     assert sum(len(v) > 1 for v in limits.values()) / len(limits) > 0.2
