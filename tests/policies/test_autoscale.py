@@ -163,6 +163,36 @@ CASES = [
         ScaleDecision({"a100": 2}),
         args=AutoscaleArgs(pending_s=120, max_step=2),
     ),
+    # 6 full-node jobs, max_nodes 4 but capped at 2 (a night window, say) -> 2
+    Case(
+        "a cap below max",
+        [wait(f"j{i}") for i in range(6)],
+        ScaleDecision({"a100": 2}),
+        args=AutoscaleArgs(pending_s=120, max_nodes={"a100": 2}),
+    ),
+    # 3 nodes up (busy), the cap lowered to 2 meanwhile: no growth, none deleted (busy)
+    Case(
+        "above a lowered cap",
+        [wait("a")],
+        ScaleDecision(),
+        nodes=[PoolNode(f"a100-{k}", "a100") for k in (1, 2, 3)],
+        args=AutoscaleArgs(pending_s=120, max_nodes={"a100": 2}),
+    ),
+    # cap 0 below min_nodes 1: min wins -> 1 node, demand or not
+    Case(
+        "a cap never below min",
+        [wait("a"), wait("b")],
+        ScaleDecision({"a100": 1}),
+        pools=[NodePool("a100", template(), min_nodes=1, max_nodes=4)],
+        args=AutoscaleArgs(pending_s=120, max_nodes={"a100": 0}),
+    ),
+    # a cap above the pool's own max changes nothing: 6 jobs -> 4
+    Case(
+        "a cap above max",
+        [wait(f"j{i}") for i in range(6)],
+        ScaleDecision({"a100": 4}),
+        args=AutoscaleArgs(pending_s=120, max_nodes={"a100": 9}),
+    ),
 ]
 
 
@@ -192,17 +222,20 @@ pool_nodes = st.lists(
     sizes=st.lists(st.sampled_from([1, 2, 4, 8]), max_size=8),
     low=st.integers(0, 2),
     idle_s=st.integers(0, 2000),
+    cap=st.integers(0, 5),
 )
-def test_bounds_and_safety(nodes: list[PoolNode], sizes: list[int], low: int, idle_s: int) -> None:
-    """Never past max or below min; never deletes a booting, busy or planned node; the
-    same view gives the same decision."""
+def test_bounds_and_safety(
+    nodes: list[PoolNode], sizes: list[int], low: int, idle_s: int, cap: int
+) -> None:
+    """Never past max (nor a cap, unless min_nodes is higher) or below min; never deletes
+    a booting, busy or planned node; the same view gives the same decision."""
     pool = NodePool("a100", template(), min_nodes=low, max_nodes=4)
     waiting = [wait(f"j{i}", g) for i, g in enumerate(sizes)]
     view = ScaleView(NOW, [pool], nodes, waiting, PARTS)
-    scaler = DemandScaler(AutoscaleArgs(pending_s=0, idle_s=idle_s))
+    scaler = DemandScaler(AutoscaleArgs(pending_s=0, idle_s=idle_s, max_nodes={"a100": cap}))
     d = scaler.decide(view)
     after = len(nodes) + d.create.get("a100", 0) - len(d.delete)
-    assert after <= max(pool.max_nodes, len(nodes))
+    assert after <= max(min(pool.max_nodes, max(cap, low)), len(nodes))
     assert after >= min(pool.min_nodes, len(nodes) + d.create.get("a100", 0))
     by_name = {n.name: n for n in nodes}
     for name in d.delete:

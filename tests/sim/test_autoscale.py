@@ -141,3 +141,27 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str) -> None:
     done = gpufleet("sim", "autoscale", "--trace", "synthetic:n_jobs=5,seed=1", *args)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_a_window_caps_a_pool_by_the_hour() -> None:
+    h = 3600
+    day = {
+        "name": "day", "days": ["weekdays"], "start": "08:00", "end": "20:00",
+        "policy": {"autoscale": {"max_nodes": {"gpu": 1}}},
+    }  # fmt: skip
+    capped = profile_from_dict(
+        {
+            "ordering": {"plugin": "fifo"},
+            "autoscale": {"pending_s": 30, "idle_s": 200},
+            "windows": [day],
+            "sim": {"time_origin": "2026-03-02T00:00:00Z"},  # a Monday
+        },
+        "capped",
+    )
+    jobs = [job(k, 9 * h, 4, 1000) for k in "ab"] + [job(k, 21 * h, 4, 1000) for k in "cd"]
+    r = replay([], jobs, capped, pools=[POOL])
+    starts = {x.trace.id: x.first_start for x in r.jobs}
+    # by day one node (asked at +30 s, up 100 s later): b waits for a's end on it;
+    # at night the pool's own max, 2: both boot at once
+    assert starts == {"a": 9 * h + 130, "b": 9 * h + 1130, "c": 21 * h + 130, "d": 21 * h + 130}
+    assert r.fleet is not None and r.fleet.created == 3

@@ -150,7 +150,7 @@ from gpufleet.engine.book import JobBook, Signalled
 from gpufleet.engine.estimates import Estimates
 from gpufleet.engine.fleet import Fleet
 from gpufleet.policies import prediction_error
-from gpufleet.policies.autoscale import AutoscaleArgs, autoscaler
+from gpufleet.policies.autoscale import Autoscaler, autoscaler
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.predict import Features, QuantilePredictor
 from gpufleet.policies.windows import Windows, WindowSwitch
@@ -268,8 +268,10 @@ class Controller:
         self._next_switch: float | None = None  # the next window boundary
         self._loop: SchedulerLoop | None = None
         self._started = False
-        # Node pools (setup.pools): the fleet decides after each cycle, the provider acts.
+        # Node pools (setup.pools): the fleet decides after each cycle, the provider acts;
+        # its autoscaler is the setup's, or the open policy windows'.
         self.fleet: Fleet | None = None
+        self._scaler: Autoscaler = autoscaler(setup.autoscale)
         self.provider: LiveProvider | None = None
         self._derive()
         self.book = JobBook((), setup.qos, setup.partitions, reservations=setup.reservations)
@@ -1431,6 +1433,7 @@ class Controller:
             self._nodes[name].node = self.book.state.nodes[self.book.state.index[name]]
         self._estimates = self._trained() if setup.predict is not None else None
         self._factory = setup.profile_factory
+        self._scale_with(autoscaler(setup.autoscale))
         self._windows = self._next_switch = None
         if setup.windows and setup.window_policy is not None:
             self._windows = WindowSwitch(Windows(setup.windows, 0, ZoneInfo), setup.window_policy)
@@ -1634,6 +1637,7 @@ class Controller:
         first = len(self._windows.switches) == 1
         open_now = self._windows.open_windows or ()
         self._factory = policy.profile_factory
+        self._scale_with(policy.autoscaler)
         self._profile = None
         self.book.qos = policy.qos
         self.book.partitions = policy.partitions
@@ -1682,7 +1686,7 @@ class Controller:
         """The fleet over the configured pools, adopting pool nodes the store knows as up
         and waiting again for those it knows as booting."""
         assert self.setup.provider is not None
-        self.fleet = Fleet(self.setup.pools, autoscaler(self.setup.autoscale or AutoscaleArgs()))
+        self.fleet = Fleet(self.setup.pools, self._scaler)
         self.provider = provider(self.setup.provider, self._node_token)
         now = int(self.clock.now())
         for name, info in self._nodes.items():
@@ -1701,6 +1705,12 @@ class Controller:
 
         if stale:
             self._writer().call(forget)
+
+    def _scale_with(self, scaler: Autoscaler) -> None:
+        """The autoscaler in force from now (the fleet's, once it is started)."""
+        self._scaler = scaler
+        if self.fleet is not None:
+            self.fleet.scaler = scaler
 
     def _scale(self, plan: Plan, now: int) -> None:
         """Ask the fleet after a cycle and carry out its orders: a node leaves the book

@@ -16,7 +16,7 @@ from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import Node, Request
 from gpufleet.core.pools import NodePool
-from gpufleet.policies.autoscale import AutoscaleArgs
+from gpufleet.policies.autoscale import AutoscaleArgs, Autoscaler
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.predict import PredictArgs
 from gpufleet.policies.windows import WindowConfig
@@ -36,6 +36,7 @@ class WindowPolicy:
     profile_factory: ProfileFactory
     qos: Mapping[str, QoS]
     partitions: Mapping[str, Partition]
+    autoscaler: Autoscaler
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,11 @@ policy file picks the plugin and its knobs (``AutoscaleArgs``)::
     pending_s = 120     # demand counts once a job has waited this long
     idle_s = 600        # a node idle this long goes (never below min_nodes)
     max_step = 0        # most nodes one decision creates per pool; 0: no cap
+    [autoscale.max_nodes]
+    burst = 4           # a lower cap on a pool's size than its own max_nodes
+
+A policy window (``policies.windows``) may change any of these by the
+hour: a shorter ``idle_s`` or a lower cap at night, say.
 
 **demand** (``DemandScaler``). *Up*: a job counts as demand when the last
 cycle left it waiting for capacity (``Resources``, ``Priority`` or
@@ -22,8 +27,11 @@ on a cluster made of the pool nodes that are booting or idle followed by
 every node the pools may still add, cheapest pool first, with the first-fit
 placer and only on the nodes of pools that serve its partition and meet its
 constraints (gang members on distinct nodes, MIG, shares: the placer's own
-fit). Each pool grows by the fresh nodes that took a job, never past
-``max_nodes``. A job no pool node could ever hold makes nothing grow.
+fit). Each pool grows by the fresh nodes that took a job, never past its
+size cap: the pool's ``max_nodes``, or the table's lower ``max_nodes`` for
+it (never below the pool's ``min_nodes``); a pool above a cap lowered
+meanwhile grows no more and shrinks as its nodes fall idle. A job no pool
+node could ever hold makes nothing grow.
 *Down*: a pool node idle (up, no run, no planned start) for ``idle_s`` is
 deleted, longest idle first, while the pool keeps more than ``min_nodes``
 and does not grow in the same decision. A pool below ``min_nodes`` grows to
@@ -35,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import ClassVar, Literal, Protocol
+from typing import Annotated, ClassVar, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,6 +72,15 @@ class AutoscaleArgs(BaseModel):
     pending_s: int = Field(120, ge=0, description="a job must wait this long to count as demand")
     idle_s: int = Field(600, ge=0, description="a node idle this long is deleted")
     max_step: int = Field(0, ge=0, description="most nodes created per pool at once; 0: no cap")
+    max_nodes: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="per pool: a cap on its nodes below its own max_nodes (never below min_nodes)",
+    )
+
+    def cap(self, pool: NodePool) -> int:
+        """The most nodes ``pool`` may have under these settings."""
+        lower = self.max_nodes.get(pool.name, pool.max_nodes)
+        return max(pool.min_nodes, min(pool.max_nodes, lower))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +187,7 @@ class DemandScaler:
         taken = {m.name for m in view.nodes}
         for _, pool in order:
             free = (n for n in pool.names() if n not in taken)
-            room = max(0, pool.max_nodes - count[pool.name])
+            room = max(0, self.args.cap(pool) - count[pool.name])
             fresh += [(pool, pool.node(name)) for name in islice(free, room)]
         if not fresh:
             return {}
@@ -241,8 +258,9 @@ def serves(pool: NodePool, partition: Partition) -> bool:
     return pool.name in partition.pools or any(pool.owns(n) for n in partition.nodes)
 
 
-def autoscaler(args: AutoscaleArgs) -> Autoscaler:
-    """The plugin ``args.policy`` names."""
+def autoscaler(args: AutoscaleArgs | None) -> Autoscaler:
+    """The plugin ``args.policy`` names (the defaults' without an ``[autoscale]`` table)."""
+    args = args or AutoscaleArgs()
     match args.policy:
         case "demand":
             return DemandScaler(args)

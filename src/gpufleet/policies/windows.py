@@ -18,8 +18,10 @@ entry by entry by name)::
     max_gpus_per_user = 8
 
 A window may override the ordering, placement, backfill and preemption
-tables, QoS (limits, priority) and partitions (access lists, limits,
-tiers). Several open windows apply in file order, the later one winning.
+tables, QoS (limits, priority), partitions (access lists, limits, tiers)
+and the autoscaler's settings (``[autoscale]``: a lower cap on a pool at
+night, a longer idle time by day). Several open windows apply in file
+order, the later one winning.
 
 ``Windows`` answers, for a driver's clock, which windows are open and when
 that next changes. It is pure: the driver gives the time origin (the Unix
@@ -40,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 GROUPS = {"weekdays": DAYS[:5], "weekends": DAYS[5:]}
-OVERRIDABLE = ("ordering", "placement", "backfill", "preemption", "qos", "partitions")
+OVERRIDABLE = ("ordering", "placement", "backfill", "preemption", "qos", "partitions", "autoscale")
 _CLOCK = re.compile(r"^(\d\d):(\d\d)$")
 _LOOKAHEAD_DAYS = 8  # every weekly pattern changes within a week, if ever
 
@@ -172,8 +174,9 @@ class WindowSwitch(Generic[R]):
     """The policy in force at a driver's time, switched where the open windows change.
 
     ``build`` makes the policy of a set of open windows (a driver's own form
-    of it: the simulator's scheduling profile, QoS and partitions, the
-    controller's profile factory with them); each set is built once.
+    of it: the simulator's scheduling profile, QoS, partitions and
+    autoscaler, the controller's profile factory with them); each set is
+    built once.
     ``switches`` lists (time, windows open from then) for every switch.
     """
 

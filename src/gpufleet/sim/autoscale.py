@@ -58,7 +58,7 @@ class SimProvider:
 def fleet_for(pools: Sequence[NodePool], args: AutoscaleArgs | None) -> Fleet:
     """A fleet over ``pools`` run by the ``[autoscale]`` table's plugin (its defaults
     without one)."""
-    return Fleet(pools, autoscaler(args or AutoscaleArgs()))
+    return Fleet(pools, autoscaler(args))
 
 
 def fixed(pools: Sequence[NodePool]) -> list[NodePool]:

@@ -41,9 +41,9 @@ that no GPU is cut to hold is not unschedulable when some GPU could be
 re-cut for it.
 
 **Windows** (``policies.windows.WindowSwitch``, as the controller keeps
-them): at each time the open windows change, the scheduling profile, QoS
-and partitions switch to that set's (``Regime``), and the result lists the
-switches.
+them): at each time the open windows change, the scheduling profile, QoS,
+partitions and the fleet's autoscaler switch to that set's (``Regime``),
+and the result lists the switches.
 
 **Autoscaling** (``sim.autoscale``): with a ``Fleet``, the pools' nodes
 come and go. The pools' ``min_nodes`` are up from the start; after each
@@ -84,6 +84,7 @@ from gpufleet.engine.book import JobBook, RunEnd, Started
 from gpufleet.engine.estimates import Estimates
 from gpufleet.engine.fleet import Fleet
 from gpufleet.engine.ledger import UsageLedger
+from gpufleet.policies.autoscale import Autoscaler
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.migplan import recut_for
 from gpufleet.policies.windows import WindowSwitch
@@ -289,6 +290,7 @@ class Regime:
     scheduling: SchedulingProfile
     qos: dict[str, QoS]
     partitions: dict[str, Partition]
+    autoscaler: Autoscaler
 
 
 SCALE_AFTER = frozenset({Kind.JOB_END, Kind.PREEMPT, Kind.NODE_BOOT, Kind.SCALE})
@@ -768,6 +770,8 @@ class Simulation:
             self.sched = regime.scheduling
             self.book.qos = regime.qos
             self.book.partitions = {**self.trace_partitions, **regime.partitions}
+            if self.fleet is not None:
+                self.fleet.scaler = regime.autoscaler
         change = self.windows.next_change(self.now)
         if change is not None:
             self.queue.push(change, Kind.WINDOW)

@@ -50,6 +50,7 @@ from gpufleet.core.job import Partition, QoS
 from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.core.pools import NodePool
 from gpufleet.engine.estimates import Estimates
+from gpufleet.policies.autoscale import autoscaler
 from gpufleet.policies.config import Policy, PolicyConfig, overlay
 from gpufleet.policies.predict import QuantilePredictor
 from gpufleet.policies.priority import Multifactor
@@ -114,13 +115,16 @@ class SimProfile:
 
 
 def profile_windows(profile: SimProfile, workload: Sequence[Request]) -> WindowSwitch[Regime]:
-    """A profile's windows for the driver: each set's scheduling profile, QoS and partitions."""
+    """A profile's windows for the driver: each set's scheduling profile, QoS, partitions
+    and autoscaler."""
     origin = profile.config.origin()
     assert origin is not None  # profile_from_dict insists on one with windows
 
     def regime(open_windows: tuple[str, ...]) -> Regime:
         p = profile.windowed(open_windows)
-        return Regime(p.build(workload, profile.config.seed), p.qos_table(), p.partitions)
+        scheduling = p.build(workload, profile.config.seed)
+        scaler = autoscaler(p.policy.config.autoscale)
+        return Regime(scheduling, p.qos_table(), p.partitions, scaler)
 
     return WindowSwitch(Windows(profile.policy.config.windows, origin, ZoneInfo), regime)
 
