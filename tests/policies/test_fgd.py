@@ -22,6 +22,8 @@ from gpufleet.core.fragmentation import (
     FragmentationMeter,
     LastPlaces,
     Workload,
+    competing,
+    cpu_runs_out_first,
     node_pressure,
     stranded,
 )
@@ -254,6 +256,50 @@ def test_scarcity_charges_what_a_gpu_task_takes_where_pressure_exceeds_the_mean(
     assert charge(job().gpus(1).cpu(8000).build()) == [pytest.approx(2000 + 1800 / 7), 0.0]
     # A CPU-only task is not charged (docs/placement.md says why).
     assert charge(job().cpu(8000).build()) == [0.0, 0.0]
+
+
+# NARROW and a CPU-only type of 40 CPUs, each a third of the tasks: the average task
+# asks 1000 milli-GPU and 32000 milli-CPU, so the cluster's 80000 milli-CPU last 2.5
+# tasks and its 4000 milli-GPU 4. NARROW alone asks 1500 and 28000: 2.86 against 2.67.
+HUNGRY = [*NARROW, job().cpu(40_000).build()]
+
+
+def test_cpu_runs_out_first_when_the_mix_asks_more_cpu_than_the_gpus_carry() -> None:
+    state = cluster(*BIG_AND_SMALL)
+    assert cpu_runs_out_first(Workload.from_requests(HUNGRY, state.models), state)
+    assert not cpu_runs_out_first(Workload.from_requests(NARROW, state.models), state)
+
+
+def test_where_cpu_runs_out_first_no_node_pressure_is_charged() -> None:
+    state = cluster(*BIG_AND_SMALL)
+    ctx = placer().context(state, job().gpus(1).cpu(8000).build(), Mode.NOW)
+    scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
+    plain = FragmentationGradient(HUNGRY, EXACT).score(ctx)
+    assert (FragmentationGradient(HUNGRY, scarce).score(ctx) - plain).tolist() == [0.0, 0.0]
+
+
+def test_competing_ratios_count_the_cpu_of_cpu_only_tasks() -> None:
+    workload = Workload.from_requests(
+        [job().gpus(1).cpu(12_000).memory(98_304).build(), job().cpu(4000).build()],
+        ["A100-80GB"],
+        memory=True,
+    )
+    # Half the tasks each: 8000 milli-CPU and 49152 MiB a task over 500 milli-GPU.
+    both = competing(workload)
+    assert (both.cpu_per_milli, both.memory_per_milli) == (16.0, 98.304)
+
+
+def test_where_cpu_runs_out_first_stranding_counts_every_tasks_cpu() -> None:
+    # HUNGRY's tasks ask 32 milli-CPU per milli-GPU (18.67 for its GPU tasks alone).
+    # 16 CPUs on "big" (64 CPUs, 2 GPUs): 48 CPUs carry 1500 -> 500 stranded, x 3.
+    # On "small" (16 CPUs): 500 of 2000 carried before, none after -> 500 more, x 3.
+    # At the GPU tasks' ratio "big" would strand nothing (48 CPUs carry 2571).
+    state = cluster(*BIG_AND_SMALL)
+    ctx = placer().context(state, job().cpu(16_000).build(), Mode.NOW)
+    args = FragmentationArgs(resolution="exact", stranding_weight=3.0)
+    plain = FragmentationGradient(HUNGRY, EXACT).score(ctx)
+    charged = FragmentationGradient(HUNGRY, args).score(ctx) - plain
+    assert charged.tolist() == [pytest.approx(-1500.0), pytest.approx(-1500.0)]
 
 
 def test_popularity_keeps_the_most_common_types_and_renormalises() -> None:

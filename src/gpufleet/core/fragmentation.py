@@ -32,7 +32,10 @@ Both measures ask about one node and the types one at a time. A third,
 GPU tasks bring, on average, ``cpu_per_milli`` milli-CPU and
 ``memory_per_milli`` MiB per milli-GPU they ask for, so a node can expect to
 use only as much of its free GPU capacity as its free CPU and memory can
-carry at those ratios. The rest is stranded (``stranded``).
+carry at those ratios. The rest is stranded (``stranded``). Where the
+workload would exhaust CPU before GPUs (``cpu_runs_out_first``), CPU-only
+tasks draw on that CPU too, and the ratios are taken over every task
+(``competing``).
 
 The hot loops are compiled with numba: a fill run evaluates millions of
 hypothetical node states, and that is the cost of fragmentation-aware
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -162,6 +165,36 @@ class Workload:
             cpu_per_milli=sum(counts[k] * k[0] for k in gpu_keys) / max(gpu_milli, 1),
             memory_per_milli=sum(counts[k] * k[4] for k in gpu_keys) / max(gpu_milli, 1),
         )
+
+
+def cpu_runs_out_first(workload: Workload, state: ClusterState) -> bool:
+    """Whether the workload's mix would exhaust the cluster's CPU or host memory before
+    its GPUs: the whole cluster's CPU (memory) over what the average task asks is fewer
+    tasks than its GPU capacity over the average GPU ask."""
+    live = ~state.removed
+    supply = np.array(
+        [a[live].sum() for a in (state.gpu_milli_total, state.cpu_total, state.mem_total)],
+        dtype=np.float64,
+    )
+    asks = np.stack([workload.gpus * workload.milli, workload.cpu, workload.memory])
+    mean = asks.astype(np.float64) @ workload.freq
+    if not mean[0] > 0:
+        return False
+    horizon = np.divide(supply, mean, out=np.full(3, np.inf), where=mean > 0)
+    return bool(horizon[1:].min() < horizon[0])
+
+
+def competing(workload: Workload) -> Workload:
+    """``workload`` with its stranding ratios taken over every task, CPU-only ones too:
+    the CPU and memory that all of its tasks ask per milli-GPU. Where CPU runs out
+    first, CPU-only tasks draw on the CPU beside free GPUs as GPU tasks do, so that
+    CPU carries less GPU than the GPU tasks' own ratio says."""
+    gpu = float(workload.freq @ (workload.gpus * workload.milli))
+    return replace(
+        workload,
+        cpu_per_milli=float(workload.freq @ workload.cpu) / gpu if gpu > 0 else 0.0,
+        memory_per_milli=float(workload.freq @ workload.memory) / gpu if gpu > 0 else 0.0,
+    )
 
 
 def stranded(

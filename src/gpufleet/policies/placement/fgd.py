@@ -25,6 +25,8 @@ from gpufleet.core.fragmentation import (
     FragmentationMeter,
     LastPlaces,
     Workload,
+    competing,
+    cpu_runs_out_first,
     node_pressure,
     stranded,
 )
@@ -52,7 +54,10 @@ class FragmentationArgs(BaseModel):
     in milli-GPU per milli-GPU stranded. ``last_place_weight``: charge a task for
     the places it takes from types short of them, while GPUs run out first
     (``core.fragmentation.LastPlaces``), in milli-GPU per milli-GPU of expected work
-    turned away.
+    turned away. Where the workload would exhaust CPU or memory before GPUs
+    (``core.fragmentation.cpu_runs_out_first``), every task competes for them: node
+    pressure is not charged, and stranding is measured at every task's ratio
+    (``core.fragmentation.competing``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,6 +83,8 @@ class FragmentationGradient:
         self._places: LastPlaces | None = None
         self._excess: FloatArray = np.zeros((0, 3))
         self._scale: FloatArray = np.ones(3)
+        self._cpu_first = False
+        self._strand: Workload | None = None
 
     def meter(self, state: ClusterState) -> FragmentationMeter:
         """The fragmentation meter of ``state`` (kept while the state is the same object
@@ -93,6 +100,12 @@ class FragmentationGradient:
                 popularity=self.args.popularity,
             )
             m = self._meter = FragmentationMeter(state, workload)
+            # Where CPU (or memory) runs out before GPUs, every task competes for it:
+            # keeping the nodes large types need off GPU tasks only left them to
+            # CPU-only tasks, which strand their GPUs (cpu4x in docs/placement.md),
+            # and the CPU beside free GPUs goes to CPU-only tasks too.
+            self._cpu_first = cpu_runs_out_first(workload, state)
+            self._strand = competing(workload) if self._cpu_first else workload
             if self.args.last_place_weight:
                 self._places = LastPlaces(state, workload, m.model)
             # Only pressure above the cluster's costs: a bonus for nodes below it
@@ -109,7 +122,7 @@ class FragmentationGradient:
         o = ctx.options
         delta: FloatArray = meter.per_node()[o.node] - meter.after(o.node, o.gpu, ctx.request)
         r = ctx.request
-        if self.args.scarcity_weight and r.gpu_count:
+        if self.args.scarcity_weight and r.gpu_count and not self._cpu_first:
             # Resources taken where some types' demand exceeds the cluster's mean
             # cost that much more, in the same milli-GPU units as the gain.
             # CPU-only tasks are left out: charged too, they moved onto nodes where
@@ -121,7 +134,8 @@ class FragmentationGradient:
             lost = self._places.cost(o.node, o.gpu, r, meter.digests())
             delta -= self.args.last_place_weight * lost
         if self.args.stranding_weight:
-            delta -= self.args.stranding_weight * self._stranding(ctx, meter.workload)
+            strand = self._strand or meter.workload
+            delta -= self.args.stranding_weight * self._stranding(ctx, strand)
         if self.args.resolution == "exact":
             return delta
         rounded: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
