@@ -109,8 +109,8 @@ def test_busy_nodes_are_not_idle() -> None:
 
 def test_a_restored_boot_counts_from_when_it_was_asked_for() -> None:
     f, b = fleet(pending_s=0), book()
-    assert f.restore("gpu-02", 50) and not f.restore("gpu-02", 60)  # once
-    assert not f.restore("dgx-01", 50)  # no pool's name
+    assert f.restore("gpu-02", "gpu", 50) and not f.restore("gpu-02", "gpu", 60)  # once
+    assert not f.restore("dgx-01", "dgx", 50)  # no such pool
     assert f.counts() == {"gpu": (1, 0)} and f.created == 0  # asked for by the driver before
     submit(b, "j", 4, 100)
     # the job waits for gpu-02: nothing asked for; given up 300 s after 50, not after 100
@@ -118,3 +118,8 @@ def test_a_restored_boot_counts_from_when_it_was_asked_for() -> None:
     assert [name for _, name in f.step(b, {"j": RESOURCES}, (), 350).delete] == ["gpu-02"]
     # billed 50..350: 300/3600 h x 4 GPUs x 3.0
     assert f.cost(350) == pytest.approx(300 / 3600 * 12.0)
+    # asked for when the pool was larger (12 nodes max now): still waited for, given up
+    # 300 s after 400; gpu-01, asked for at 350 above for j, 300 s after 350
+    b.withdraw("j")
+    assert f.restore("gpu-15", "gpu", 400) and not POOL.owns("gpu-15")
+    assert [name for _, name in f.step(b, {}, (), 700).delete] == ["gpu-01", "gpu-15"]

@@ -113,14 +113,12 @@ def add_joined(conn: sa.Connection, name: str) -> None:
         meta_set(conn, NODE_ORDER, json.dumps([*names, name]))
 
 
-def booting_nodes(conn: sa.Connection) -> list[tuple[str, float]]:
-    """The pool nodes asked for whose agents have not registered: (name, when asked)."""
+def booting_nodes(conn: sa.Connection) -> list[tuple[str, str, float]]:
+    """The pool nodes asked for whose agents have not registered: (name, pool, when)."""
     rows = conn.execute(
-        sa.select(t.booting_nodes.c.name, t.booting_nodes.c.created).order_by(
-            t.booting_nodes.c.created, t.booting_nodes.c.name
-        )
+        sa.select(t.booting_nodes).order_by(t.booting_nodes.c.created, t.booting_nodes.c.name)
     )
-    return [(r.name, r.created) for r in rows]
+    return [(r.name, r.pool, r.created) for r in rows]
 
 
 def add_booting(conn: sa.Connection, nodes: Sequence[Mapping[str, Any]]) -> None:

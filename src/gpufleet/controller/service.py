@@ -1694,10 +1694,12 @@ class Controller:
                 self.fleet.adopt(name, now)
         with self.store.read() as conn:
             booting = persist.booting_nodes(conn)
-        stale = [name for name, created in booting if not self.fleet.restore(name, int(created))]
+        stale = [
+            name for name, pool, at in booting if not self.fleet.restore(name, pool, int(at))
+        ]
         for name in stale:
-            if name not in self.fleet.members:
-                log.warning("autoscale: node %s was booting, but no pool owns it now", name)
+            if name not in self.fleet.members:  # not up either: nothing here will delete it
+                log.error("autoscale: node %s was booting but its pool is gone: delete it", name)
 
         def forget(conn: sa.Connection) -> None:
             for name in stale:

@@ -103,14 +103,14 @@ class Fleet:
         self.members[name] = Member(pool.name, now, joined=now, idle_since=now)
         return True
 
-    def restore(self, name: str, created: int) -> bool:
-        """A node asked for at ``created`` and still booting (recorded by a driver that
-        restarted): billed from then, given up ``boot_timeout`` after. False if ``name``
-        is no pool's node name or already a member."""
-        pool = self.pool_of(name)
-        if pool is None or name in self.members:
+    def restore(self, name: str, pool: str, created: int) -> bool:
+        """A node of ``pool`` asked for at ``created`` and still booting (recorded by a
+        driver that restarted): billed from then, given up ``boot_timeout`` after, even
+        if its pool has shrunk below its name since. False if there is no such pool or
+        ``name`` is already a member."""
+        if pool not in self.pools or name in self.members:
             return False
-        self.members[name] = Member(pool.name, created)
+        self.members[name] = Member(pool, created)
         return True
 
     def joined(self, name: str, now: int) -> None:
