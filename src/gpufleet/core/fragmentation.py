@@ -33,7 +33,7 @@ GPU tasks bring, on average, ``cpu_per_milli`` milli-CPU and
 ``memory_per_milli`` MiB per milli-GPU they ask for, so a node can expect to
 use only as much of its free GPU capacity as its free CPU and memory can
 carry at those ratios. The rest is stranded (``stranded``). Where the
-workload would exhaust CPU before GPUs (``cpu_runs_out_first``), CPU-only
+workload would exhaust CPU before GPUs (``runs_out_first``), CPU-only
 tasks draw on that CPU too, and the ratios are taken over every task
 (``competing``).
 
@@ -167,10 +167,13 @@ class Workload:
         )
 
 
-def cpu_runs_out_first(workload: Workload, state: ClusterState) -> bool:
-    """Whether the workload's mix would exhaust the cluster's CPU or host memory before
-    its GPUs: the whole cluster's CPU (memory) over what the average task asks is fewer
-    tasks than its GPU capacity over the average GPU ask."""
+GPU, CPU, MEMORY = 0, 1, 2
+
+
+def runs_out_first(workload: Workload, state: ClusterState) -> int:
+    """Which resource (``GPU``, ``CPU`` or ``MEMORY``) the workload's mix would exhaust
+    first in the whole cluster: the one whose capacity over what the average task asks
+    lasts the fewest tasks (GPU on a tie)."""
     live = ~state.removed
     supply = np.array(
         [a[live].sum() for a in (state.gpu_milli_total, state.cpu_total, state.mem_total)],
@@ -178,10 +181,11 @@ def cpu_runs_out_first(workload: Workload, state: ClusterState) -> bool:
     )
     asks = np.stack([workload.gpus * workload.milli, workload.cpu, workload.memory])
     mean = asks.astype(np.float64) @ workload.freq
-    if not mean[0] > 0:
-        return False
+    if not mean[GPU] > 0:
+        return GPU
     horizon = np.divide(supply, mean, out=np.full(3, np.inf), where=mean > 0)
-    return bool(horizon[1:].min() < horizon[0])
+    first = int(np.argmin(horizon))
+    return first if horizon[first] < horizon[GPU] else GPU
 
 
 def competing(workload: Workload) -> Workload:

@@ -22,12 +22,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.core.fragmentation import (
+    GPU,
     FragmentationMeter,
     LastPlaces,
     Workload,
     competing,
-    cpu_runs_out_first,
     node_pressure,
+    runs_out_first,
     stranded,
 )
 from gpufleet.core.model import Request
@@ -55,8 +56,8 @@ class FragmentationArgs(BaseModel):
     the places it takes from types short of them, while GPUs run out first
     (``core.fragmentation.LastPlaces``), in milli-GPU per milli-GPU of expected work
     turned away. Where the workload would exhaust CPU or memory before GPUs
-    (``core.fragmentation.cpu_runs_out_first``), every task competes for them: node
-    pressure is not charged, and stranding is measured at every task's ratio
+    (``core.fragmentation.runs_out_first``), node pressure fades as that resource
+    fills, and stranding is measured at every task's ratio
     (``core.fragmentation.competing``).
     """
 
@@ -83,7 +84,7 @@ class FragmentationGradient:
         self._places: LastPlaces | None = None
         self._excess: FloatArray = np.zeros((0, 3))
         self._scale: FloatArray = np.ones(3)
-        self._cpu_first = False
+        self._first = GPU
         self._strand: Workload | None = None
 
     def meter(self, state: ClusterState) -> FragmentationMeter:
@@ -100,12 +101,10 @@ class FragmentationGradient:
                 popularity=self.args.popularity,
             )
             m = self._meter = FragmentationMeter(state, workload)
-            # Where CPU (or memory) runs out before GPUs, every task competes for it:
-            # keeping the nodes large types need off GPU tasks only left them to
-            # CPU-only tasks, which strand their GPUs (cpu4x in docs/placement.md),
-            # and the CPU beside free GPUs goes to CPU-only tasks too.
-            self._cpu_first = cpu_runs_out_first(workload, state)
-            self._strand = competing(workload) if self._cpu_first else workload
+            # Where CPU (or memory) runs out before GPUs, CPU-only tasks draw on the
+            # CPU beside free GPUs too (cpu4x in docs/placement.md).
+            self._first = runs_out_first(workload, state)
+            self._strand = competing(workload) if self._first != GPU else workload
             if self.args.last_place_weight:
                 self._places = LastPlaces(state, workload, m.model)
             # Only pressure above the cluster's costs: a bonus for nodes below it
@@ -122,13 +121,14 @@ class FragmentationGradient:
         o = ctx.options
         delta: FloatArray = meter.per_node()[o.node] - meter.after(o.node, o.gpu, ctx.request)
         r = ctx.request
-        if self.args.scarcity_weight and r.gpu_count and not self._cpu_first:
+        if self.args.scarcity_weight and r.gpu_count:
             # Resources taken where some types' demand exceeds the cluster's mean
             # cost that much more, in the same milli-GPU units as the gain.
             # CPU-only tasks are left out: charged too, they moved onto nodes where
             # they strand GPUs (cpu4x in docs/placement.md).
             taken = np.array([r.gpu_count * r.milli_per_gpu, r.cpu_milli, r.memory_mib])
-            delta -= self.args.scarcity_weight * (self._excess[o.node] @ (taken * self._scale))
+            weight = self.args.scarcity_weight * self._fade(ctx.state)
+            delta -= weight * (self._excess[o.node] @ (taken * self._scale))
         if self.args.last_place_weight and self._places is not None:
             # Every task, CPU-only ones too: it pays only for places it removes.
             lost = self._places.cost(o.node, o.gpu, r, meter.digests())
@@ -140,6 +140,20 @@ class FragmentationGradient:
             return delta
         rounded: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
         return rounded
+
+    def _fade(self, state: ClusterState) -> float:
+        """How much node pressure still counts: fully while GPUs run out first; else the
+        share of the first-exhausted resource still free, to the fourth power. Kept to
+        the end, it left the large nodes to CPU-only tasks, which pay none and strand
+        their GPUs; dropped from the start, the large tasks lost those nodes early
+        (cpu4x in docs/placement.md)."""
+        if self._first == GPU:
+            return 1.0
+        free, total = [(state.cpu_free, state.cpu_total), (state.mem_free, state.mem_total)][
+            self._first - 1
+        ]
+        live = ~state.removed
+        return (float(free[live].sum()) / max(float(total[live].sum()), 1.0)) ** 4
 
     @staticmethod
     def _stranding(ctx: PlacementContext, workload: Workload) -> FloatArray:
