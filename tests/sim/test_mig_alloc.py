@@ -124,6 +124,21 @@ def test_allocated_percent_never_exceeds_100(
     assert series_peak(tmp_path) <= 100
 
 
+@settings(max_examples=15, deadline=None)
+@given(mig_clusters())
+@pytest.mark.parametrize("policy", ["best-fit", "fgd", "default"])
+def test_the_fill_never_allocates_and_fragments_more_than_the_capacity(
+    policy: str, drawn: tuple[list[Node], list[Request]]
+) -> None:
+    # The fill's fragmentation counts free milli-GPU on GPUs without MIG only, and its
+    # allocation MIG slices by their compute share: together at most every GPU.
+    nodes, requests = drawn
+    pods = [TracePod(f"p{k}", r) for k, r in enumerate(requests)]
+    run = run_fill(nodes, pods, policy, seed=1, record=False)
+    assert max(run.alloc_pct) <= 100
+    assert all(a + f <= 100 + 1e-9 for a, f in zip(run.alloc_pct, run.frag_pct, strict=True))
+
+
 @pytest.mark.parametrize("policy", ["fgd", "default"])
 def test_a_trace_of_mig_jobs_only_runs_on_several_nodes(policy: str, tmp_path: Path) -> None:
     # Two nodes could take each job, so the policy's scorers run; fragmentation
