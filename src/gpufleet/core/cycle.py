@@ -463,10 +463,12 @@ class _Cycle:
                 pos += 1
                 continue
             part = view.window(pos, pos + window)
-            settled, reasons, tried = self._settle(part)
+            settled, reasons, tried, plannable = self._settle(part)
             stop = len(part) if settled.all() else int(np.argmin(settled))
             if tried[:stop].any():
                 self._tried(part, np.flatnonzero(tried[:stop]))
+            if plannable[:stop].any():
+                self._plan_run(part, np.flatnonzero(plannable[:stop]))
             ids = part.column("id", object)[:stop].tolist()
             self.plan.reasons.update(zip(ids, reasons[:stop].tolist(), strict=True))
             pos += stop
@@ -475,24 +477,26 @@ class _Cycle:
             else:
                 window *= 2
 
-    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray, BoolArray]:
+    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray, BoolArray, BoolArray]:
         """Which of these jobs ``_consider`` would only give a reason now, the reasons,
-        and which of them it would test, to fail as a placement of their shape did.
+        which of them it would test, to fail as a placement of their shape did,
+        and which it would ask for a planned start.
 
         Exact for the cycle's current facts; a job it cannot settle (one that
-        would be placed, get a planned start, or change any fact but its
-        shape's failure memo and the tested count, see ``_tried``) reads False.
+        would be placed, or change any fact but its shape's failure memo and
+        the tested count, see ``_tried``, or the planned starts, see
+        ``_plan_run``) reads False.
         """
         reasons = np.full(len(queue), "", dtype=object)
         none = np.zeros(len(queue), dtype=np.bool_)
         if not self.bulk:
-            return none, reasons, none
+            return none, reasons, none, none
         for a in reversed(self.p.admission):  # the first plugin's reason wins
             said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
             reasons = np.where(said != "", said, reasons)
         open_ = reasons == ""
         if not self.quiet_gate:
-            return ~open_, reasons, none
+            return ~open_, reasons, none, none
         blocked = _member(queue, "partition", self.strict_blocked)
         waiting = _member(queue, "partition", self.waiting)
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
@@ -510,21 +514,27 @@ class _Cycle:
         nna = open_ & ~blocked & (never == 1)
         behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~plans
         # A test that would fail as before leaves the job waiting behind the first.
-        tried = open_ & ~blocked & (never == 0) & tries & waiting & ~plans
+        tried = open_ & ~blocked & (never == 0) & tries & waiting
         if bf is None or self.p.preemption is not None or not tried.any():
             tried = none
         else:
             tried &= self._fail_as_before(tried, codes, keys, limit)
+        # Planned starts are found for a run of jobs at once (Timeline.plan_run).
+        plannable = none
+        if wants and self.timeline.will_run is None:
+            plannable = open_ & ~blocked & (never == 0) & waiting & plans & (~tries | tried)
+            if plannable.any():
+                plannable &= ~np.array([k[3][3] for k in keys], dtype=np.bool_)[codes]
         reasons[open_ & blocked] = PRIORITY
         reasons[nna] = NODE_NOT_AVAIL
-        reasons[behind | tried] = PRIORITY
-        settled = ~open_ | blocked | nna | behind | tried
+        reasons[behind | tried | plannable] = PRIORITY
+        settled = ~open_ | blocked | nna | behind | (tried & ~plans) | plannable
         if self.signalled_for or self.promised:  # a job with its own room is considered alone
             ids = queue.column("id", object)
             settled &= ~np.array([i in self.signalled_for or i in self.promised for i in ids])
         if self.p.gate is not None:  # the gate answers these jobs one by one
             settled &= queue.column("reservation", object) == ""
-        return settled, reasons, tried & settled
+        return settled, reasons, tried & settled, plannable & settled
 
     def _fail_as_before(
         self, tried: BoolArray, codes: IntArray, keys: Sequence[ShapeKey], limit: IntArray
@@ -561,6 +571,43 @@ class _Cycle:
             if length < shape.failed_at and bf.may_test(self.tested):
                 self.tested += 1
                 shape.failed_at = length
+
+    def _plan_run(self, queue: QueueView, at: IntArray) -> None:
+        """Ask planned starts for the jobs at ``at`` of ``queue`` (settled as waiting
+        and wanting one) in order, as ``_wait`` would one by one."""
+        bf = self.backfill
+        assert bf is not None  # _settle plans only with backfill
+        codes, keys = queue.codes("request", "partition", "reservation", "constraints")
+        kinds, kind = np.unique(codes[at], return_inverse=True)
+        shapes, unplanned = [], []
+        for code in kinds.tolist():
+            request, partition, _, (nodelist, exclude, constraint, _) = keys[code]
+            access = self._plain_access(partition, _where(nodelist, exclude, constraint))
+            shapes.append((request, access.nodes))
+            unplanned.append(self.shapes[keys[code]].unplanned_at)
+        allowed = 0
+        while allowed < len(at) and bf.wants_planned_start(self.planned_count + allowed):
+            allowed += 1
+        last = np.array(unplanned, dtype=np.int64)
+        starts, nodes = self.timeline.plan_run(
+            shapes,
+            kind.astype(np.int64),
+            queue.column(self.length_attr)[at],
+            last,
+            allowed,
+            self.planned,
+            bf.horizon(self.now),
+        )
+        for code, length in zip(kinds.tolist(), last.tolist(), strict=True):
+            self.shapes[keys[code]].unplanned_at = length
+        if (starts == -1).any():
+            self.plan.clocked = True  # the horizon moves with the clock: see _wait
+        ids = queue.column("id", object)[at].tolist()
+        for job_id, start, chosen in zip(ids, starts.tolist(), nodes, strict=True):
+            if start >= 0:
+                self.planned_count += 1
+                self.plan.expected_start[job_id] = start
+                self.plan.expected_nodes[job_id] = tuple(chosen.tolist())
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
@@ -811,7 +858,7 @@ class _Cycle:
             self.planned_count
         ):
             return
-        self.events += 1
+        # Not an event: windows plan starts too (_plan_run).
         planned = self.timeline.earliest(
             job.request,
             access.nodes,

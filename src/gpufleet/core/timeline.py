@@ -166,6 +166,49 @@ def _earliest(
     return at, np.sort(chosen)
 
 
+@njit(cache=True, nogil=True)
+def _hold(start: int, length: int, step: int) -> tuple[int, int]:
+    begin = start // step * step
+    return begin, max((start + length) // step * step, begin + step)
+
+
+@njit(cache=True, nogil=True)
+def _plan_run(
+    times: IntArray,
+    kind: IntArray,
+    length: IntArray,
+    gang: IntArray,
+    unplanned: IntArray,
+    allowed: int,
+    horizon: int,
+    step: int,
+    node: IntArray,
+    start: IntArray,
+    end: IntArray,
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """``Timeline.plan_run``: each job's start (-1: none by the horizon, -2: not
+    asked), the nodes of the planned ones one after another, and the spans."""
+    n = len(kind)
+    starts = np.full(n, -2, dtype=np.int64)
+    chosen = np.empty(int(gang.sum()), dtype=np.int64)
+    c = planned = 0
+    for i in range(n):
+        s = kind[i]
+        if length[i] >= unplanned[s] or planned >= allowed:
+            continue
+        at, nodes = _earliest(times[s], length[i], gang[i], horizon, node, start, end)
+        starts[i] = at
+        if at < 0:
+            unplanned[s] = length[i]
+            continue
+        planned += 1
+        chosen[c : c + len(nodes)] = nodes
+        c += len(nodes)
+        begin, until = _hold(at, length[i], step)
+        node, start, end = _insert(node, start, end, nodes, begin, until)
+    return starts, chosen[:c], node, start, end
+
+
 @dataclass
 class Blocks:
     """Per-node time spans that a job must not overlap (see module docstring).
@@ -491,9 +534,49 @@ class Timeline:
         Holds so begin early, keeping short jobs off the nodes. A limit shorter
         than a step still holds one step, so a hold never vanishes.
         """
-        step = self.resolution
-        begin = start // step * step
-        return begin, max((start + length) // step * step, begin + step)
+        begin, end = _hold(start, length, self.resolution)
+        return int(begin), int(end)
+
+    def plan_run(
+        self,
+        shapes: Sequence[tuple[Request, BoolArray]],
+        kind: IntArray,
+        length: IntArray,
+        unplanned: IntArray,
+        allowed: int,
+        blocks: Blocks,
+        horizon: int,
+    ) -> tuple[IntArray, list[IntArray]]:
+        """``earliest`` for a run of jobs in turn, each start holding its nodes in
+        ``blocks`` before the next job is asked: job i has the request and nodes
+        of ``shapes[kind[i]]`` and ``length[i]``.
+
+        As a backfill walk asks: a job is not asked once ``allowed`` starts are
+        planned or when a job of its kind at least as long found none
+        (``unplanned[kind]``, lowered here as jobs find none). Returns each
+        job's start (-1: none by ``horizon``, -2: not asked) and the nodes of
+        each planned one. Only without ``will_run``, for jobs that are not exclusive.
+        """
+        assert self.will_run is None
+        times = np.empty((len(shapes), self.state.num_nodes), dtype=np.int64)
+        for i, (r, nodes) in enumerate(shapes):
+            times[i] = np.where(nodes, np.maximum(self.node_times(r), self.now), NEVER)
+        gang = np.array([shapes[k][0].nodes for k in kind.tolist()], dtype=np.int64)
+        starts, chosen, blocks.node, blocks.start, blocks.end = _plan_run(
+            times,
+            kind,
+            length,
+            gang,
+            unplanned,
+            allowed,
+            horizon,
+            self.resolution,
+            blocks.node,
+            blocks.start,
+            blocks.end,
+        )
+        cuts = np.cumsum(np.where(starts >= 0, gang, 0))
+        return starts, np.split(chosen, cuts[:-1])
 
 
 @dataclass(frozen=True)
