@@ -45,7 +45,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "fifo-strict": {"ordering": {"plugin": "fifo", **DEPTH}},
     "fifo-easy": {"ordering": {"plugin": "fifo", **DEPTH}, "backfill": {"mode": "easy"}},
     "multifactor-conservative": {
-        "ordering": {"plugin": "multifactor", **DEPTH},
+        "ordering": {"plugin": "multifactor", **DEPTH, "multifactor": {"calc_period_s": 300}},
         "backfill": {"mode": "conservative"},
     },
 }

@@ -394,3 +394,17 @@ def test_age_counts_to_the_last_priority_calculation(
     jobs = (pending("old", submit_time=0), pending("new", submit_time=650))
     factors = Multifactor(args).factors(snapshot(*jobs), jobs, now)
     assert factors.age.tolist() == pytest.approx(ages)
+
+
+@pytest.mark.parametrize(
+    ("period", "now", "wake"),
+    [(0, 700, None), (300, 700, 900), (300, 900, 1200)],  # None: priorities move any time
+)
+def test_a_cycle_wakes_when_the_priorities_are_next_recomputed(
+    period: int, now: int, wake: int | None
+) -> None:
+    ordering = Multifactor(MultifactorArgs(calc_period_s=period))
+    profile = SchedulingProfile(ordering, PlacementProfile("first-fit", [(FirstFit(), 1.0)]))
+    plan = run_cycle(replace(snapshot(pending("j", submit_time=0)), now=now), profile)
+    assert plan.clocked
+    assert plan.wake == wake

@@ -6,6 +6,9 @@
   since but the clock and arrivals past the queue depth's cut, and the plan
   says the clock alone changes nothing) would have decided nothing: forcing
   every cycle to run gives the same replay.
+* So would one before the plan's wake time: multifactor priorities that move
+  only every ``calc_period_s`` (with fairshare usage seen anew every
+  ``priority_calc_s``), and planned starts the backfill window cut off.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 from test_golden import CASES, GOLDEN, digest
 
 from gpufleet.core.cycle import SchedulingProfile
+from gpufleet.sim.driver import Simulation
 from gpufleet.sim.profile import profile_from_dict, replay
 
 
@@ -63,3 +67,23 @@ def test_skipped_cycles_change_nothing(
     assert every.cycles_skipped == 0
     assert digest(skipping) == digest(every)
     assert skipping.cycles == every.cycles  # a skipped cycle counts as one
+
+
+@pytest.mark.parametrize(
+    "backfill",
+    # A one-hour window cuts planned starts off; easy plans one start, conservative many.
+    [{"mode": "easy", "window_s": 3600}, {"mode": "conservative", "window_s": 3600}],
+)
+def test_cycles_skipped_before_the_plan_wakes_change_nothing(
+    backfill: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_nodes, make_jobs, policy = CASES["synthetic-fairshare-backfill"]
+    ordering = {"plugin": "multifactor", "queue_depth": 5, "multifactor": {"calc_period_s": 300}}
+    policy = {**policy, "ordering": ordering, "backfill": backfill, "sim": {"interval_s": 60}}
+    skipping = replay(make_nodes(), make_jobs(), profile_from_dict(policy, "wakes"))
+    monkeypatch.setattr(Simulation, "_holds", lambda self, t: False)
+    every = replay(make_nodes(), make_jobs(), profile_from_dict(policy, "wakes"))
+    assert skipping.cycles_skipped > 0
+    assert every.cycles_skipped == 0
+    assert digest(skipping) == digest(every)
+    assert skipping.cycles == every.cycles

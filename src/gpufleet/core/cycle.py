@@ -176,6 +176,29 @@ class SchedulingProfile:
         plugins += [p for p in optional if p is not None]
         return any(getattr(p, "clocked", True) for p in plugins)
 
+    def wake(self, now: int) -> int | None:
+        """The first time after ``now`` at which a plugin's answer may change while only
+        the clock moves; None when that may be any time.
+
+        A clocked plugin tells with ``next_change(now) -> int | None`` (None: any
+        time); one that does not say may change at any time.
+        """
+        if self.estimates:
+            return None
+        plugins: list[object] = [self.ordering, *self.admission]
+        optional = (self.gate, self.backfill, self.preemption, self.repartition)
+        plugins += [p for p in optional if p is not None]
+        times = []
+        for p in plugins:
+            if not getattr(p, "clocked", True):
+                continue
+            next_change = getattr(p, "next_change", None)
+            at = next_change(now) if next_change is not None else None
+            if at is None:
+                return None
+            times.append(at)
+        return min(times, default=None)
+
 
 class Journal:
     """Tentative allocations and releases on a state, undone in reverse order."""
@@ -371,6 +394,7 @@ class _Cycle:
                 self.signalled_for[snapshot.signalled[r.job.id]].append(r)
             if r.job.exclusive:  # nobody else on its nodes while it runs
                 self._block_nodes(r.assignments, max(r.expected_end, now + 1))
+        self.horizon_wake: int | None = None  # see _cut_off
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources
         self.tested = 0
@@ -405,7 +429,13 @@ class _Cycle:
                 last = order[-1]
                 plan.cut = (-float(prio[last]), int(submit[last]), candidates[last].id)
             self._walk(rows[order])
-        plan.clocked = plan.clocked or self.p.clocked()
+        if not plan.clocked:  # else the walk's own reasons wake it any time
+            wakes = [] if self.horizon_wake is None else [self.horizon_wake]
+            if self.p.clocked():
+                wakes.append(self.p.wake(self.now))
+            if wakes:
+                plan.clocked = True
+                plan.wake = None if None in wakes else min(w for w in wakes if w is not None)
         plan.stats.update(
             tested=float(self.tested),
             started=float(len(plan.starts)),
@@ -600,11 +630,13 @@ class _Cycle:
         )
         for code, length in zip(kinds.tolist(), last.tolist(), strict=True):
             self.shapes[keys[code]].unplanned_at = length
-        if (starts == -1).any():
-            self.plan.clocked = True  # the horizon moves with the clock: see _wait
+        horizon = bf.horizon(self.now)
+        cut = starts[(starts == -1) | (starts > horizon)]
+        if len(cut):
+            self._cut_off(None if (cut == -1).any() else int(cut.min()), horizon)
         ids = queue.column("id", object)[at].tolist()
         for job_id, start, chosen in zip(ids, starts.tolist(), nodes, strict=True):
-            if start >= 0:
+            if 0 <= start <= horizon:
                 self.planned_count += 1
                 self.plan.expected_start[job_id] = start
                 self.plan.expected_nodes[job_id] = tuple(chosen.tolist())
@@ -859,20 +891,31 @@ class _Cycle:
         ):
             return
         # Not an event: windows plan starts too (_plan_run).
+        horizon = backfill.horizon(self.now)
+        exact = self.timeline.will_run is None  # then a start past the horizon is found too
         planned = self.timeline.earliest(
             job.request,
             access.nodes,
             length,
             access.blocks,
-            horizon=backfill.horizon(self.now),
+            horizon=NEVER if exact else horizon,
             whole_nodes=job.exclusive,
         )
-        if planned is None:
+        if planned is None or planned.start > horizon:
             # Longer jobs of the shape, around only more planned starts, would find none either.
             shape.unplanned_at = length
-            self.plan.clocked = True  # the horizon moves with the clock: a later cycle may plan it
+            self._cut_off(planned.start if planned is not None else None, horizon)
         else:
             self._plan_start(job, planned)
+
+    def _cut_off(self, start: int | None, horizon: int) -> None:
+        """A job found no planned start by the ``horizon``, which moves with the clock: a
+        later cycle may plan it, once the horizon reaches its ``start`` (None: unknown)."""
+        if start is None:
+            self.plan.clocked = True  # any time
+        else:
+            wake = self.now + start - horizon
+            self.horizon_wake = wake if self.horizon_wake is None else min(self.horizon_wake, wake)
 
     def _plan_start(self, job: Job, planned: PlannedStart) -> None:
         self.planned_count += 1
@@ -881,14 +924,17 @@ class _Cycle:
         self.plan.expected_nodes[job.id] = tuple(int(n) for n in planned.nodes)
 
 
-def beyond_cut(plan: Plan, profile: SchedulingProfile, snapshot: Snapshot, job: Job) -> bool:
-    """Whether ``job``, queued after ``plan`` was made from ``snapshot``, sorts after every
-    job the plan considered, so a cycle with it considers the same jobs.
+def beyond_cut(
+    plan: Plan, profile: SchedulingProfile, snapshot: Snapshot, job: Job, now: int
+) -> bool:
+    """Whether ``job``, queued at ``now`` after ``plan`` was made from ``snapshot``, sorts
+    after every job the plan considered, so a cycle with it considers the same jobs.
 
-    Only when the queue depth cut the queue and the plan is not clocked (the
-    ordering's priorities do not move with the clock).
+    Only when the queue depth cut the queue and the plan still holds at
+    ``now`` (it is not clocked, or its ``wake`` is still ahead: the ordering's
+    priorities have not moved).
     """
-    if plan.cut is None or plan.clocked:
+    if plan.cut is None or (plan.clocked and (plan.wake is None or now >= plan.wake)):
         return False
     prio = float(profile.ordering.priorities(snapshot, [job], snapshot.now)[0])
     return (-prio, job.submit_time, job.id) > plan.cut

@@ -55,7 +55,9 @@ class Plan:
     cycle on the same snapshot at a later time would decide the same (no
     plugin reads the clock, no planned start was cut off by the horizon, no
     backfill pass was due later), so a driver may skip a periodic cycle while
-    nothing happens. ``relayouts`` are MIG layout changes for idle GPUs
+    nothing happens; when it is True, ``wake`` is the first time the clock
+    alone may change a decision (None: any time), so a driver may skip one
+    before then too. ``relayouts`` are MIG layout changes for idle GPUs
     (``Repartitioner``), for the driver to carry out. ``stats`` are
     diagnostics: timings in seconds and counters, for drivers to record.
     """
@@ -66,6 +68,7 @@ class Plan:
     expected_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     clocked: bool = False
+    wake: int | None = None
     cut: tuple[float, int, str] | None = None
     """When the queue depth cut the queue: the last job the walk considered, as its sort
     key (minus priority, submit time, id); None when every job was considered."""

@@ -186,8 +186,9 @@ def _plan_run(
     start: IntArray,
     end: IntArray,
 ) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
-    """``Timeline.plan_run``: each job's start (-1: none by the horizon, -2: not
-    asked), the nodes of the planned ones one after another, and the spans."""
+    """``Timeline.plan_run``: each job's start (past ``horizon``: not planned, -1:
+    none at all, -2: not asked), the nodes of the planned ones one after another,
+    and the spans."""
     n = len(kind)
     starts = np.full(n, -2, dtype=np.int64)
     chosen = np.empty(int(gang.sum()), dtype=np.int64)
@@ -196,9 +197,9 @@ def _plan_run(
         s = kind[i]
         if length[i] >= unplanned[s] or planned >= allowed:
             continue
-        at, nodes = _earliest(times[s], length[i], gang[i], horizon, node, start, end)
+        at, nodes = _earliest(times[s], length[i], gang[i], NEVER, node, start, end)
         starts[i] = at
-        if at < 0:
+        if at < 0 or at > horizon:
             unplanned[s] = length[i]
             continue
         planned += 1
@@ -554,8 +555,8 @@ class Timeline:
         As a backfill walk asks: a job is not asked once ``allowed`` starts are
         planned or when a job of its kind at least as long found none
         (``unplanned[kind]``, lowered here as jobs find none). Returns each
-        job's start (-1: none by ``horizon``, -2: not asked) and the nodes of
-        each planned one. Only without ``will_run``, for jobs that are not exclusive.
+        job's earliest start, planned only up to ``horizon`` (-1: none at all,
+        -2: not asked), and the nodes of each planned one. Only without ``will_run``, for jobs that are not exclusive.
         """
         assert self.will_run is None
         times = np.empty((len(shapes), self.state.num_nodes), dtype=np.int64)
@@ -575,7 +576,7 @@ class Timeline:
             blocks.start,
             blocks.end,
         )
-        cuts = np.cumsum(np.where(starts >= 0, gang, 0))
+        cuts = np.cumsum(np.where((starts >= 0) & (starts <= horizon), gang, 0))
         return starts, np.split(chosen, cuts[:-1])
 
 

@@ -100,6 +100,10 @@ class UsageLedger:
         self._accrue(now)
         return AccountUsage(self.tree, np.maximum(self.usage, 0.0))
 
+    def next_view(self) -> int | None:
+        """When ``view`` next gives a new usage (None: at its first call)."""
+        return None if self.snapshot_at is None else self.snapshot_at + self.recalc_s
+
     def view(self, now: int) -> AccountUsage:
         """The usage orderings see at ``now``."""
         self._accrue(now)

@@ -158,6 +158,12 @@ class Multifactor:
         """Age grows with the clock, and fairshare with the usage charged as it runs."""
         return bool(self.args.weight_age or self.args.weight_fairshare)
 
+    def next_change(self, now: int) -> int | None:
+        """With ``calc_period_s`` age moves only at its multiples (fairshare moves as the
+        snapshot's usage does, which its driver knows); without, any time."""
+        period = self.args.calc_period_s
+        return now - now % period + period if period else None
+
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
         return weighted_priority(self.args, self.factors(snapshot, pending, now))
 

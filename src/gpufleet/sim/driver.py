@@ -567,7 +567,7 @@ class Simulation:
         if not self.pending:
             return  # with nobody waiting a cycle can start or preempt nothing
         due = self.last_cycle + self.config.min_gap_s
-        if t >= due and self.settled:
+        if t >= due and self.settled and self._holds(t):
             self.cycles += 1
             self.skipped += 1
             self.last_cycle = t
@@ -662,17 +662,32 @@ class Simulation:
                 self.queue.push(ready, Kind.MIG_READY, f"{change.node}:{change.gpu}")
             self.reconfigurations += len(effects.relayouts)
         self.settled = not (
-            plan.starts or plan.preemptions or plan.clocked or effects.deferred or plan.relayouts
+            plan.starts
+            or plan.preemptions
+            or (plan.clocked and plan.wake is None)
+            or effects.deferred
+            or plan.relayouts
         )
         self._arm_tick()
         return plan
+
+    def _holds(self, t: int) -> bool:
+        """Whether the last plan, if clocked, still holds at ``t``: its wake time is
+        ahead, and so is the next fairshare usage its ordering would see."""
+        if self.last is None or not self.last[1].clocked:
+            return True
+        wake, ledger = self.last[1].wake, self.book.ledger
+        if wake is None or t >= wake:
+            return False
+        view = ledger.next_view() if ledger is not None else None
+        return ledger is None or (view is not None and t < view)
 
     def _beyond_cut(self, ev: Event) -> bool:
         """An arrival the last cycle's queue depth would have left out changes nothing."""
         if ev.kind is not Kind.ARRIVAL or self.last is None:
             return False
         snapshot, plan = self.last
-        return beyond_cut(plan, self.sched, snapshot, self.records[str(ev.key)].job)
+        return beyond_cut(plan, self.sched, snapshot, self.records[str(ev.key)].job, self.now)
 
     def _arm_tick(self) -> None:
         if self.config.interval_s and self.pending and self.tick_at is None:
