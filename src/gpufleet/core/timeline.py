@@ -556,7 +556,8 @@ class Timeline:
         planned or when a job of its kind at least as long found none
         (``unplanned[kind]``, lowered here as jobs find none). Returns each
         job's earliest start, planned only up to ``horizon`` (-1: none at all,
-        -2: not asked), and the nodes of each planned one. Only without ``will_run``, for jobs that are not exclusive.
+        -2: not asked), and the nodes of each planned one. Only without
+        ``will_run``, for jobs that are not exclusive.
         """
         assert self.will_run is None
         times = np.empty((len(shapes), self.state.num_nodes), dtype=np.int64)
