@@ -430,7 +430,7 @@ class _Cycle:
                 plan.cut = (-float(prio[last]), int(submit[last]), candidates[last].id)
             self._walk(rows[order])
         if not plan.clocked:  # else the walk's own reasons wake it any time
-            wakes = [] if self.horizon_wake is None else [self.horizon_wake]
+            wakes: list[int | None] = [] if self.horizon_wake is None else [self.horizon_wake]
             if self.p.clocked():
                 wakes.append(self.p.wake(self.now))
             if wakes:
