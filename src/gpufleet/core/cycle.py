@@ -335,7 +335,7 @@ class _Shape:
     """Per (request, partition, reservation) facts found during one cycle."""
 
     failed_at: int = NEVER  # shortest time limit that failed to place now
-    failed_nodes: BoolArray | None = None  # nodes a failed placement could use (see _start)
+    unfit: BoolArray | None = None  # nodes without room for it, found as a placement failed
     unplanned_at: int = NEVER  # shortest time limit that found no planned start in the window
     never: bool | None = None  # would not fit even on an idle cluster
 
@@ -347,15 +347,19 @@ def _where(
     return (nodelist, exclude, constraint) if nodelist or exclude or constraint else None
 
 
-def _covered(shape: _Shape, usable: BoolArray) -> bool:
-    """Whether a placement of the shape failed on every one of the ``usable`` nodes.
+def _covered(shape: _Shape, usable: BoolArray, gang: int) -> bool:
+    """Whether a placement of the shape (of ``gang`` nodes) on the ``usable`` nodes fails,
+    as the fit found too few of them with room when a placement of the shape last failed.
 
-    Then this one fails too: capacity only shrinks during a cycle (until a
-    preemption or a victim's room frees some: ``_Cycle._forget_failures``),
-    and the fit, with no profile filter, never gains a node as capacity shrinks.
+    Capacity only shrinks during a cycle (until a preemption or a victim's
+    room frees some: ``_Cycle._forget_failures``), so a node without room
+    stays without; with no profile filter a placement fails exactly when
+    fewer nodes than its gang have room (members never share a node).
     """
-    known = shape.failed_nodes
-    return known is not None and not (usable & ~known).any()
+    unfit = shape.unfit
+    if unfit is None:
+        return False
+    return int((usable & ~unfit).sum()) < gang
 
 
 class _Cycle:
@@ -530,6 +534,7 @@ class _Cycle:
         blocked = _member(queue, "partition", self.strict_blocked)
         waiting = _member(queue, "partition", self.waiting)
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
+        self._judge_shapes(np.unique(codes[open_ & ~blocked]), keys)
         known = [self.shapes.get(k) for k in keys]
         shapes = [sh if sh is not None else _Shape() for sh in known]
         never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
@@ -566,6 +571,19 @@ class _Cycle:
             settled &= queue.column("reservation", object) == ""
         return settled, reasons, tried & settled, plannable & settled
 
+    def _judge_shapes(self, codes: IntArray, keys: Sequence[ShapeKey]) -> None:
+        """Find whether the shapes at ``codes`` of ``keys`` fit an idle cluster, as
+        ``_consider`` would for their first job (those a gate answers excepted)."""
+        for code in codes.tolist():
+            key = keys[code]
+            shape = self.shapes.get(key)
+            request, partition, reservation, (nodelist, exclude, constraint, _) = key
+            gated = self.p.gate is not None and bool(reservation)
+            if (shape is None or shape.never is None) and not gated:
+                shape = self.shapes.setdefault(key, _Shape())
+                access = self._plain_access(partition, _where(nodelist, exclude, constraint))
+                shape.never = not self._fits_idle(request, access.nodes)
+
     def _fail_as_before(
         self, tried: BoolArray, codes: IntArray, keys: Sequence[ShapeKey], limit: IntArray
     ) -> BoolArray:
@@ -578,13 +596,13 @@ class _Cycle:
         for i, code, length in judged:
             hit = covered.get((code, length))
             if hit is None:
-                _, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
+                request, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
                 shape = self.shapes.get(keys[code])
                 hit = False
                 if shape is not None and not exclusive:
                     access = self._plain_access(partition, _where(nodelist, exclude, constraint))
                     usable = access.nodes & access.blocks.usable(self.now, length)
-                    hit = _covered(shape, usable)
+                    hit = _covered(shape, usable, request.nodes)
                 covered[code, length] = hit
             out[i] = hit
         return out
@@ -662,8 +680,7 @@ class _Cycle:
         shape = self.shapes.get(key)
         if shape is None:
             shape = self.shapes[key] = _Shape()
-        if shape.never is None:
-            self.events += 1
+        if shape.never is None:  # not an event: windows judge shapes too (_judge_shapes)
             shape.never = not self._fits_idle(job.request, access.nodes)
         if shape.never:
             plan.reasons[job.id] = NODE_NOT_AVAIL
@@ -681,7 +698,7 @@ class _Cycle:
             if job.exclusive:
                 usable = usable & idle_nodes(self.state)
             # A test that fails as a placement of its shape did changes only the memo below.
-            if not (self.p.preemption is None and _covered(shape, usable)):
+            if not (self.p.preemption is None and _covered(shape, usable, job.request.nodes)):
                 self.events += 1
                 if self._start(job, usable, shape):
                     return
@@ -738,15 +755,13 @@ class _Cycle:
 
     def _start(self, job: Job, usable: BoolArray, shape: _Shape) -> bool:
         """Place ``job`` now on the ``usable`` nodes."""
-        if _covered(shape, usable):
+        if _covered(shape, usable, job.request.nodes):
             return False
-        placed = self._placer(usable).place(self.state, job.request)
+        placer = self._placer(usable)
+        placed = placer.place(self.state, job.request)
         if placed is None:
             if not self.p.placement.filters:
-                known = shape.failed_nodes
-                # One node short anywhere is short on the union; a gang needs one mask.
-                single = known is not None and job.request.nodes == 1
-                shape.failed_nodes = usable | known if single and known is not None else usable
+                shape.unfit = ~placer.fit(self.state, job.request, Mode.NOW)[0]
             return False
         for a in placed:
             self.journal.log.append((1, a))  # the placer allocated it; undo at the end
@@ -788,7 +803,7 @@ class _Cycle:
     def _forget_failures(self) -> None:
         """Capacity grew: a node where a placement failed may now fit it."""
         for shape in self.shapes.values():
-            shape.failed_nodes = None
+            shape.unfit = None
 
     def _take_promised(self) -> dict[str, Sequence[Assignment]]:
         """Allocate the rooms promised to pending jobs, so no other job takes them first."""
