@@ -11,7 +11,9 @@ default ``max_job_test`` (500):
 * **fifo-strict**: FIFO, no backfill;
 * **fifo-easy**: FIFO with EASY backfill;
 * **multifactor-conservative**: multifactor (age, fairshare, QoS) with
-  conservative backfill.
+  conservative backfill, priorities recomputed every 5 minutes (Slurm's
+  default ``PriorityCalcPeriod``, ``[ordering.multifactor] calc_period_s``),
+  so the replay can skip the periodic cycles that only the clock separates.
 
 Each replay runs in a fresh process, ``--repeat`` times; the JSON on the
 last line gives each policy's median wall time (trace loading excluded) and

@@ -697,12 +697,14 @@ class _Cycle:
             usable = self._usable_now(job, access)
             if job.exclusive:
                 usable = usable & idle_nodes(self.state)
-            # A test that fails as a placement of its shape did changes only the memo below.
+            # A test that fails as a placement of its shape did changes only the memo below;
+            # a failed one changes no more than that memo, which windows read (not an event).
             if not (self.p.preemption is None and _covered(shape, usable, job.request.nodes)):
-                self.events += 1
                 if self._start(job, usable, shape):
+                    self.events += 1
                     return
                 if self._preempt(job, access):
+                    self.events += 1
                     self._forget_failures()  # victims freed room: retry every shape
                     for other in self.shapes.values():
                         other.failed_at = NEVER
