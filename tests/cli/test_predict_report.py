@@ -21,7 +21,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
 
 def gpufleet(live: Up, who: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["gpufleet", *argv], env=live.env(who), capture_output=True, text=True, timeout=120
+        ["gpufleet", *argv],
+        env=live.env(who),
+        cwd=live.data.parent,  # where the jobs' slurm-N.out files go
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -10,6 +10,7 @@ from gpufleet.core.job import Job
 from gpufleet.core.model import Request
 from gpufleet.policies.config import PolicyError, parse_policy
 from gpufleet.policies.predict import Features, PredictArgs, QuantilePredictor, with_estimate
+from gpufleet.policies.prediction_error import Finished, first_estimates
 from gpufleet.policies.priority import ShortestJobFirst, SjfArgs
 from policies.test_priority import pending, snapshot
 
@@ -132,3 +133,14 @@ def test_an_estimate_follows_what_was_learnt_since() -> None:
     p.observe(feat(name="other"), 3600)
     # a new script: the user's ratios 100, 300, 2000, 3600 over 3600: median 1150 / 3600
     assert p.predict(feat(name="new")) == 1150
+
+
+def test_a_job_ending_in_the_second_it_started_does_not_teach_its_own_estimate() -> None:
+    # The controller keeps whole seconds: a job that ran 0 s ends when it started.
+    quick = Features("ada", "ml", "quick", 1.0, 600)
+    jobs = [
+        Finished(quick, submit=0, first_start=0, end=0, ran_s=0),
+        Finished(quick, submit=1, first_start=1, end=1, ran_s=0),
+    ]
+    outcomes = first_estimates(jobs, QuantilePredictor(PredictArgs(min_history=1)))
+    assert [o.estimate for o in outcomes] == [600, 1]  # the limit, then what the first ran

@@ -61,7 +61,8 @@ def first_estimates(jobs: Sequence[Finished], predictor: RuntimePredictor) -> li
     told = 0
     outcomes = []
     for job in sorted(jobs, key=lambda j: (j.first_start, j.submit)):
-        while told < len(ends) and ends[told].end <= job.first_start:
+        # A job that ends in the second it started must not teach its own estimate.
+        while told < len(ends) and ends[told].end <= job.first_start and ends[told] is not job:
             predictor.observe(ends[told].features, ends[told].ran_s)
             told += 1
         limit = job.features.limit_s
