@@ -52,7 +52,9 @@ log = logging.getLogger(__name__)
 
 STDERR_TAIL = 400
 """Characters of a failed program's stderr put in the log."""
-STOP_WAIT_S = 5.0
+STOP_WAIT_S = 15.0
+"""Seconds a local agent has to stop after SIGTERM before SIGKILL: it needs about 2.5,
+but far more on a busy host, and a killed agent leaves no last log line."""
 
 TokenFn = Callable[[str], str]
 """Issues a node token for the node named (the controller's, revoking older ones)."""
