@@ -7,11 +7,15 @@ hours, 1 day, or the partition's maximum of 3 days, which a quarter of users
 get for every job by setting none); five scripts per user, none longer than
 4 hours, on ``examples/nodes.csv`` (64 GPUs) at about 1.9 times its capacity
 (drawn for 12 GPUs at load 10, so no job is wider than a node), a busy
-cluster whose queue builds up::
+cluster whose queue builds up. Three jobs in ten are failed runs of
+debugging bursts (``fail_share``): before some runs of a script, its user
+submits it 1 to 3 times with a bug, with the same limit, and each such run
+ends within 10 minutes, as production GPU clusters' logs show::
 
     synthetic:n_jobs=800,seed=S,gpus_total=12,load=10,max_duration_s=14400,scripts=5,
               limit_overestimate_min=2,limit_overestimate=10,limit_habits=true,
-              limit_per_job=true,limit_default_h=72
+              limit_per_job=true,limit_default_h=72,fail_share=0.3,fail_burst=3,
+              fail_within_s=600
 
 Each seed is replayed under ``examples/sjf.toml`` (SJF by the limits),
 ``examples/predict.toml`` (SJF by learnt estimates, backfill on them) and
@@ -41,7 +45,7 @@ EXAMPLES = ROOT / "examples"
 WORKLOAD = (
     "synthetic:n_jobs={n},seed={seed},gpus_total=12,load=10,max_duration_s=14400,scripts=5,"
     "limit_overestimate_min=2,limit_overestimate=10,limit_habits=true,limit_per_job=true,"
-    "limit_default_h=72"
+    "limit_default_h=72,fail_share=0.3,fail_burst=3,fail_within_s=600"
 )
 PROFILES = {"limits": "sjf.toml", "predicted": "predict.toml", "oracle": "sjf-oracle.toml"}
 SEEDS = (1, 2, 3, 4, 5)

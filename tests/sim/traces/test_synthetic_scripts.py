@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from gpufleet.sim.traces.record import TraceJob
@@ -173,3 +175,56 @@ def test_users_who_set_no_limit_get_the_partition_maximum_per_job() -> None:
 def test_limit_per_job_is_a_kind_of_habit(update: dict[str, bool], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         WorkloadShape(**update)
+
+
+DEBUGGING = PER_JOB.model_copy(update={"fail_share": 0.3, "fail_burst": 3})
+
+
+def failed_runs(shape: WorkloadShape, n: int = 3000) -> tuple[list[TraceJob], list[bool]]:
+    jobs = generate(n, seed=5, gpus_total=64, shape=shape)
+    return jobs, [j.labels.get("status") == "Failed" for j in jobs]
+
+
+def test_failed_runs_are_the_share_asked_and_end_early() -> None:
+    jobs, failed = failed_runs(DEBUGGING)
+    assert len(jobs) == 3000
+    assert 0.25 < sum(failed) / len(jobs) < 0.35
+    for j, f in zip(jobs, failed, strict=True):
+        if f:  # at most fail_within_s, times 1 + the script's jitter
+            assert j.duration_s <= 1.1 * DEBUGGING.fail_within_s + 1
+
+
+def test_a_burst_asks_what_the_fixed_run_asks_and_ends_as_it_is_submitted() -> None:
+    jobs, failed = failed_runs(DEBUGGING)
+    runs: dict[tuple[str, str], list[tuple[TraceJob, bool]]] = {}
+    for j, f in zip(jobs, failed, strict=True):
+        runs.setdefault((j.user, j.labels["name"]), []).append((j, f))
+    bursts = same_request = 0
+    for own in runs.values():
+        last, fails = own[-1]  # a burst ends in a fixed run unless the trace ends first
+        assert not fails or last.submit_time >= jobs[-1].submit_time - 2 * DEBUGGING.fail_within_s
+        for (j, f), (after, _) in pairwise(own):
+            if f:
+                assert after.submit_time - j.submit_time <= 2 * 1.1 * DEBUGGING.fail_within_s + 1
+                bursts += 1
+                same_request += (j.time_limit_s, j.request) == (after.time_limit_s, after.request)
+    # but where another run of the script falls between a burst's runs
+    assert same_request / bursts > 0.9
+
+
+def test_without_failed_runs_the_jobs_are_the_drawn_ones() -> None:
+    jobs, failed = failed_runs(DEBUGGING, 500)
+    plain = generate(500, seed=5, gpus_total=64, shape=PER_JOB)
+    runs = [(j.user, j.labels["name"], j.duration_s, j.time_limit_s) for j in plain]
+    fixed = [(j.user, j.labels["name"], j.duration_s, j.time_limit_s)
+             for j, f in zip(jobs, failed, strict=True) if not f]
+    assert fixed == runs[: len(fixed)]
+
+
+def test_debugging_bursts_keep_the_offered_load_and_need_scripts() -> None:
+    plain = generate(3000, seed=4, gpus_total=64, shape=PER_JOB)
+    assert 0.8 < offered_load(generate(3000, seed=4, gpus_total=64, shape=DEBUGGING), 64) / (
+        offered_load(plain, 64)
+    ) < 1.25
+    with pytest.raises(ValueError, match="fail_share: needs scripts"):
+        WorkloadShape(fail_share=0.3)

@@ -57,6 +57,20 @@ once with numpy (100,000 jobs take well under a second to draw):
   minutes, 1 hour, 4 hours, 1 day) or the partition's maximum,
   ``limit_default_h``, which is also what the users who set no limit get:
   limits then err per job, and are modal as in production logs.
+* **Debugging bursts** (``fail_share`` > 0, with scripts): a share of the
+  jobs are failed runs. Before some runs of a script, its user first
+  submits it 1 to ``fail_burst`` times (equally often) with a bug: each
+  such run has the same user, name, size, priority and limit as the run
+  that follows (the user changes the code, not the request), and ends
+  after a failure time drawn once per burst, uniform from 1 minute to
+  ``fail_within_s`` (never longer than the fixed run), times 1 +-
+  ``script_jitter`` per run: the same bug fails at about the same point.
+  The user resubmits after each failure plus as long again to fix it, so
+  the burst ends as the fixed run is submitted. Bursts precede a share of
+  the runs chosen so that failed runs are ``fail_share`` of the jobs;
+  arrivals are rescaled to keep ``load``, and the ``n_jobs`` first
+  submitted are kept. A failed run's ``labels["status"]`` is ``Failed``,
+  as PAI's trace says (for reports: no policy can know it at submission).
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -131,6 +145,9 @@ class WorkloadShape(BaseModel):
     limit_default_h: int = Field(24, gt=0)
     scripts: int = Field(0, ge=0)
     script_jitter: float = Field(0.1, ge=0, lt=1)
+    fail_share: float = Field(0.0, ge=0, lt=1)
+    fail_burst: int = Field(3, gt=0)
+    fail_within_s: int = Field(600, ge=60)
     checkpoint_interval_s: int = Field(1800, gt=0)
     checkpoint_share: float = Field(0.5, ge=0, le=1)
     cpu_milli_per_gpu: int = Field(8000, ge=0)
@@ -180,6 +197,8 @@ class WorkloadShape(BaseModel):
             raise ValueError("limit_per_job: needs limit_habits")
         if self.limit_per_job and self.limit_per_user:
             raise ValueError("limit_per_job: not with limit_per_user")
+        if self.fail_share and not self.scripts:
+            raise ValueError("fail_share: needs scripts (a burst reruns one)")
         if self.min_duration_s > self.max_duration_s:
             raise ValueError("min_duration_s: must not exceed max_duration_s")
         return self
@@ -261,6 +280,14 @@ def generate(
     checkpoints = (durations > shape.checkpoint_interval_s) & (
         rng.random(n_jobs) < shape.checkpoint_share
     )
+    failed = np.zeros(n_jobs, dtype=np.bool_)
+    if shape.fail_share:  # drawn only then, so the other workloads stay as they were
+        copies, submits, durations, checkpoints, failed = _debug_bursts(
+            rng, shape, n_jobs, gpus, submits, durations, checkpoints
+        )
+        size_index, mig_pick, users, priority, limits, script = (
+            column[copies] for column in (size_index, mig_pick, users, priority, limits, script)
+        )
 
     # Python values and names built once: indexing numpy per job costs more than the draws.
     requests = [_request(size, shape) for size in mix]
@@ -279,6 +306,7 @@ def generate(
         limits.tolist(),
         checkpoints.tolist(),
         script.tolist(),
+        failed.tolist(),
         strict=True,
     )
     return [
@@ -295,9 +323,13 @@ def generate(
             preemptible=classes[cls] == "low",
             priority_class=classes[cls],
             checkpoint_interval_s=checkpoint if checkpointed else None,
-            labels={"name": f"script{k}"} if k >= 0 else {},
+            labels=({"name": f"script{k}"} | ({"status": "Failed"} if fails else {}))
+            if k >= 0
+            else {},
         )
-        for i, (submit, duration, size, mig, user, cls, limit, checkpointed, k) in enumerate(rows)
+        for i, (submit, duration, size, mig, user, cls, limit, checkpointed, k, fails) in (
+            enumerate(rows)
+        )
     ]
 
 
@@ -418,6 +450,44 @@ def _habit_limits(
     limits = np.where(fixed[users], np.maximum(limits, shape.limit_default_h * 3600), limits)
     result: NDArray[np.int64] = limits.astype(np.int64)
     return result
+
+
+def _debug_bursts(
+    rng: np.random.Generator,
+    shape: WorkloadShape,
+    n_jobs: int,
+    gpus: FloatArray,
+    submits: NDArray[np.int64],
+    durations: NDArray[np.int64],
+    checkpoints: NDArray[np.bool_],
+) -> tuple[
+    NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_], NDArray[np.bool_]
+]:
+    """Failed runs before some jobs (see the module docstring), the ``n_jobs`` first submitted.
+
+    Returns, for each kept job by submit time, the drawn job it copies, its submit time,
+    duration, whether it checkpoints and whether it is a failed run.
+    """
+    bursts = rng.integers(1, shape.fail_burst + 1, size=n_jobs)
+    # A job has a burst with the chance that makes failed runs fail_share of all.
+    chance = min(1.0, shape.fail_share / (1 - shape.fail_share) / float(np.mean(bursts)))
+    bursts = np.where(rng.random(n_jobs) < chance, bursts, 0)
+    fail_at = np.minimum(rng.uniform(60, shape.fail_within_s, n_jobs), durations)
+    copies = np.repeat(np.arange(n_jobs), bursts + 1)
+    # How many runs of its burst are still to come: 0 for the fixed run.
+    to_come = np.cumsum(bursts + 1)[copies] - 1 - np.arange(len(copies))
+    failed = to_come > 0
+    jitter = rng.uniform(1 - shape.script_jitter, 1 + shape.script_jitter, size=len(copies))
+    ran = np.where(failed, fail_at[copies] * jitter, durations[copies])
+    ran = np.clip(np.rint(ran), shape.min_duration_s, durations[copies]).astype(np.int64)
+    # The same Poisson arrivals stretched to keep the offered load with the failed runs.
+    stretch = float(np.sum(gpus[copies] * ran)) / float(np.sum(gpus * durations))
+    # Each resubmission follows a failure and as long again to fix it.
+    at = np.floor(submits * stretch).astype(np.int64)[copies] - to_come * 2 * fail_at[copies]
+    at = np.maximum(at, 0).astype(np.int64)
+    order = np.argsort(at, kind="stable")[:n_jobs]
+    checkpointed = checkpoints[copies] & ~failed
+    return copies[order], at[order], ran[order], checkpointed[order], failed[order]
 
 
 def _normalised(weights: list[float]) -> FloatArray:
