@@ -581,13 +581,34 @@ class Timeline:
         return starts, np.split(chosen, cuts[:-1])
 
 
+@njit(cache=True, nogil=True)
+def _first(
+    slot: IntArray, time: IntArray, amount: IntArray, free: IntArray, need: int, now: int
+) -> IntArray:
+    """``_Releases.first`` over events sorted by time: one pass, each slot's sum so far."""
+    out = np.full(len(free), NEVER, dtype=np.int64)
+    for s in range(len(free)):
+        if free[s] >= need:
+            out[s] = now
+    if need <= 0:
+        return out
+    released = np.zeros(len(free), dtype=np.int64)
+    for i in range(len(slot)):
+        s = slot[i]
+        if out[s] == NEVER:
+            released[s] += amount[i]
+            if free[s] + released[s] >= need:
+                out[s] = time[i]
+    return out
+
+
 @dataclass(frozen=True)
 class _Releases:
-    """Release events of one resource, sorted by (slot, time), with running sums per slot."""
+    """Release events of one resource (slot, time, amount), sorted by time."""
 
     slot: IntArray
     time: IntArray
-    cum: IntArray
+    amount: IntArray
     slots: int
 
     @classmethod
@@ -595,28 +616,13 @@ class _Releases:
         cls, slot: IntArray, time: IntArray, amounts: Sequence[IntArray], slots: int
     ) -> list[_Releases]:
         """One ``_Releases`` per amount released by the same events (sorted once)."""
-        order = np.lexsort((time, slot))
+        order = np.argsort(time, kind="stable")
         slot, time = slot[order], time[order]
-        first = _after_true(slot[1:] != slot[:-1]) if len(slot) else slot.astype(np.bool_)
-        out = []
-        for amount in amounts:
-            amount = amount[order]
-            cum = np.cumsum(amount)
-            if len(cum):
-                cum = cum - np.maximum.accumulate(np.where(first, cum - amount, 0))
-            out.append(cls(slot, time, cum, slots))
-        return out
+        return [cls(slot, time, amount[order], slots) for amount in amounts]
 
     def first(self, free: IntArray, need: int, now: int) -> IntArray:
         """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
-        out = np.where(free >= need, now, NEVER)
-        if need <= 0 or not len(self.slot):
-            return out
-        ok = np.flatnonzero(free[self.slot] + self.cum >= need)
-        slot = self.slot[ok]
-        first = ok[_after_true(slot[1:] != slot[:-1])] if len(ok) else ok
-        out[self.slot[first]] = np.minimum(out[self.slot[first]], self.time[first])
-        return out
+        return _first(self.slot, self.time, self.amount, free.astype(np.int64, copy=False), need, now)
 
 
 def _job_id(r: RunningJob) -> str:
