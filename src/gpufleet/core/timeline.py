@@ -622,7 +622,8 @@ class _Releases:
 
     def first(self, free: IntArray, need: int, now: int) -> IntArray:
         """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
-        return _first(self.slot, self.time, self.amount, free.astype(np.int64, copy=False), need, now)
+        free = free.astype(np.int64, copy=False)
+        return _first(self.slot, self.time, self.amount, free, need, now)
 
 
 def _job_id(r: RunningJob) -> str:
