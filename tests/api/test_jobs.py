@@ -46,6 +46,7 @@ def test_a_user_sees_and_touches_only_its_own_jobs(cluster: Cluster) -> None:
 
 
 def test_an_operator_sees_and_cancels_anyones_job(cluster: Cluster) -> None:
+    _submit(cluster, "alice", hold=True)
     theirs = _submit(cluster, "bob", hold=True)
     with cluster.client("operator") as c:
         users = {j["user"] for j in c.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]}
