@@ -67,14 +67,14 @@ def predicting(db: Database) -> Iterator[Cluster]:
     c.ctl.stop()
 
 
-def run(c: Cluster, name: str, seconds: float, limit: int = H) -> str:
-    """Submit a 4-GPU job, start it on n1 and let it exit 0 after ``seconds``."""
+def run(c: Cluster, name: str, seconds: float, limit: int = H, code: int = 0) -> str:
+    """Submit a 4-GPU job, start it on n1 and let it exit ``code`` after ``seconds``."""
     job = submit(c, name, limit)
     c.ctl.run_cycle_now()
     c.sync("n1")
     assert c.state(job) == "RUNNING"
     c.clock.advance(seconds)
-    c.exit("n1", job, 1)
+    c.exit("n1", job, 1, code)
     return job
 
 
@@ -138,6 +138,31 @@ def test_estimates_match_a_predictor_told_the_same_finishes(predicting: Cluster)
         expected = twin.predict(Features("ana", "vision", name, 4.0, 7200))
         assert c.ctl.book.pending[job].runtime_estimate_s == expected
     assert blocker in c.ctl.book.running
+
+
+def test_failed_runs_are_learnt_as_failures_live_and_from_the_store(
+    predicting: Cluster,
+) -> None:
+    c = predicting
+    run(c, "train", 3000)
+    run(c, "train", 120, code=1)  # two runs of a bug, each failing within minutes
+    run(c, "train", 100, code=1)
+    twin = QuantilePredictor(PredictArgs(min_history=1))
+    f = Features("ana", "vision", "train", 4.0, H)
+    for seconds, failed in ((3000, False), (120, True), (100, True)):
+        twin.observe(f, seconds, failed=failed)
+    # the completed run's 3000 s: no run has ended yet after two failures in a row
+    # (learnt as runs of the script, the median of 3000, 120, 100 would be 120)
+    assert twin.predict(f) == 3000
+    submit(c, "block")
+    c.ctl.run_cycle_now()
+    c.sync("n1")
+    fixed = submit(c, "train")
+    c.ctl.run_cycle_now()
+    assert c.ctl.book.pending[fixed].runtime_estimate_s == 3000  # learnt live
+    c.restart()
+    c.ctl.run_cycle_now()
+    assert c.ctl.book.pending[fixed].runtime_estimate_s == 3000  # trained from the store
 
 
 def test_the_report_gives_the_error_per_bucket_of_submit_time(predicting: Cluster) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.core.job import Job
 from gpufleet.core.model import Request
@@ -47,6 +49,104 @@ def test_quantile_predictor(
     for f, runtime in seen:
         p.observe(f, runtime)
     assert p.predict(asked) == expected
+
+
+Seen = list[tuple[Features, int, bool]]  # features, seconds run, failed
+
+
+def completed(f: Features, *runtimes: int) -> Seen:
+    return [(f, r, False) for r in runtimes]
+
+
+def failed(f: Features, *runtimes: int) -> Seen:
+    return [(f, r, True) for r in runtimes]
+
+
+@pytest.mark.parametrize(
+    ("seen", "asked", "expected"),
+    [
+        # two failures after completed runs: after[0] = 1 failed, 2 completed; after[1] =
+        # 1 failed; nothing has ended after 2 failures in a row, so p = 0: the completed
+        # runs' 3000 (as runs of the script, the median of 3000, 3000, 100, 200: 1600)
+        (completed(feat(), 3000, 3000) + failed(feat(), 100, 200), feat(), 3000),
+        # a new script's two failures do not make its estimate: the user's completed
+        # ratios of "eval" (0.25, 0.5 -> 0.375) x 8000; p = 0 after 2 failures
+        (
+            completed(feat(name="eval"), 900, 1800) + failed(feat(limit=8000), 60, 120),
+            feat(limit=8000),
+            3000,
+        ),
+        # after[0] = 2 failed, 4 completed (a: 1000, 1000, then b: 2000, 2000, and each
+        # script's first failure); after[1] = 1 failed (a's second); after[2] = 1
+        # completed (a's fix). b after one failure: p = 1 / (1 + 0 + 1) = 0.5; b's one
+        # failure is under min_history, the user's failures 100, 100, 200 -> 100:
+        # 2000 - 0.5 x (2000 - 100) = 1050
+        (
+            completed(feat(name="a"), 1000, 1000)
+            + failed(feat(name="a"), 100, 100)
+            + completed(feat(name="a"), 1000)
+            + completed(feat(name="b"), 2000, 2000)
+            + failed(feat(name="b"), 200),
+            feat(name="b"),
+            1050,
+        ),
+        # the same, a after its fix: p = 2 / (2 + 4 + 1); a's failures 100, 100:
+        # 1000 - 2/7 x (1000 - 100) = 742.9
+        (
+            completed(feat(name="a"), 1000, 1000)
+            + failed(feat(name="a"), 100, 100)
+            + completed(feat(name="a"), 1000)
+            + completed(feat(name="b"), 2000, 2000)
+            + failed(feat(name="b"), 200),
+            feat(name="a"),
+            743,
+        ),
+        # nameless jobs have no streak: after[0] = 2 failed, 2 completed, p = 2/5; the
+        # ratios 0.5 x 1000 = 500 and the user's failures 10: 500 - 0.4 x 490 = 304
+        (
+            completed(feat(name=""), 1800, 1800) + failed(feat(name=""), 10, 10),
+            feat(name="", limit=1000),
+            304,
+        ),
+    ],
+)
+def test_failed_runs_are_learnt_apart(seen: Seen, asked: Features, expected: int) -> None:
+    p = QuantilePredictor()
+    for f, runtime, fails in seen:
+        p.observe(f, runtime, failed=fails)
+    assert p.predict(asked) == expected
+
+
+def test_without_failures_a_failed_run_is_a_run_of_the_script() -> None:
+    p = QuantilePredictor(PredictArgs(failures=False))
+    for f, runtime, fails in completed(feat(), 3000, 3000) + failed(feat(), 100, 200):
+        p.observe(f, runtime, failed=fails)
+    assert p.predict(feat()) == 1600  # the median of 3000, 3000, 100, 200
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", ""]),
+            st.integers(0, 20_000),
+            st.booleans(),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from(["a", "b", ""]),
+)
+def test_failures_never_move_the_estimate_of_a_completed_run(
+    seen: list[tuple[str, int, bool]], asked: str
+) -> None:
+    learnt, told_completed = QuantilePredictor(), QuantilePredictor()
+    for name, runtime, fails in seen:
+        learnt.observe(feat(name=name, limit=7200), runtime, failed=fails)
+        if not fails:
+            told_completed.observe(feat(name=name, limit=7200), runtime)
+    f = feat(name=asked, limit=7200)
+    assert learnt.completed(f) == told_completed.completed(f)
+    # a failure-prone run is expected shorter than a completed one, never past the limit
+    assert 1 <= learnt.predict(f) <= max(1, min(7200, round(learnt.completed(f))))
 
 
 def test_only_the_recent_history_counts() -> None:
@@ -144,3 +244,17 @@ def test_a_job_ending_in_the_second_it_started_does_not_teach_its_own_estimate()
     ]
     outcomes = first_estimates(jobs, QuantilePredictor(PredictArgs(min_history=1)))
     assert [o.estimate for o in outcomes] == [600, 1]  # the limit, then what the first ran
+
+
+def test_first_estimates_learn_failed_runs_apart() -> None:
+    train = Features("ada", "ml", "train", 1.0, 3600)
+    jobs = [
+        Finished(train, submit=0, first_start=0, end=1000, ran_s=1000),
+        Finished(train, submit=1000, first_start=1000, end=1060, ran_s=60, failed=True),
+        Finished(train, submit=1100, first_start=1100, end=1160, ran_s=60, failed=True),
+        Finished(train, submit=1200, first_start=1200, end=2100, ran_s=900),
+    ]
+    outcomes = first_estimates(jobs, QuantilePredictor(PredictArgs(min_history=1)))
+    # the limit, then the completed run's 1000 s each time: the fix after two failures
+    # is not estimated at their 60 s
+    assert [o.estimate for o in outcomes] == [3600, 1000, 1000, 1000]

@@ -29,9 +29,35 @@ def test_an_estimate_uses_only_jobs_finished_before_it() -> None:
     assert got == {"a": 3600, "b": 3600, "c": 3600, "d": 55, "e": 75}
 
 
+def test_failed_runs_in_the_trace_are_learnt_as_failures() -> None:
+    def train(job_id: str, submit: int, duration: int, status: str = "") -> TraceJob:
+        labels = {"name": "train"} | ({"status": status} if status else {})
+        return tj(job_id, submit, duration, user="u", time_limit_s=3600, labels=labels)
+
+    jobs = [
+        train("a", 0, 1000),  # ends at 1000
+        train("b", 1010, 60, "Failed"),  # a bug: ends at 1070
+        train("c", 1100, 60, "FAILED"),  # ends at 1160
+        # the fix: a's 1000, since no run has yet ended after 2 failures in a row
+        # (learnt as runs of the script, the median of 1000, 60, 60 would be 60)
+        train("d", 1200, 900),  # ends at 2100
+        train("e", 1300, 5000, "Failed"),  # stopped at its limit at 4900: a timeout
+        # completed 1000, 900, 3600 -> 1000; failures 60, 60 -> 60; after 0 failures
+        # 1 run failed (b) and 2 completed (a, e): p = 1/4: 1000 - 0.25 x 940 = 765
+        train("f", 5000, 100),
+    ]
+    result = run(nodes(8), jobs, {**EASY, "predict": {"min_history": 1}})
+    got = {k: r.predicted_s for k, r in by_id(result).items()}
+    assert got == {"a": 3600, "b": 1000, "c": 1000, "d": 1000, "e": 1000, "f": 765}
+
+
 def test_every_estimate_matches_a_predictor_told_only_of_ends_before_the_start() -> None:
-    trace = load_trace("synthetic:n_jobs=150,seed=3,gpus_total=16,load=1.3,max_duration_s=7200")
-    args = {"history": 1000, "min_history": 2}  # a window that never overflows: order-free
+    trace = load_trace(
+        "synthetic:n_jobs=150,seed=3,gpus_total=16,load=1.3,max_duration_s=7200,scripts=3,"
+        "fail_share=0.3"
+    )
+    assert sum(t.failed for t in trace) > 30
+    args = {"history": 1000, "min_history": 2}  # a window that never overflows
     result = run(nodes(4, 4), trace, {**EASY, "predict": args})
     records = [r for r in result.jobs if r.first_start >= 0]
     assert len(records) > 100
@@ -40,7 +66,9 @@ def test_every_estimate_matches_a_predictor_told_only_of_ends_before_the_start()
         offline = QuantilePredictor(PredictArgs(**args))
         for done in ended:
             if done.end <= rec.first_start:
-                offline.observe(_features(done), done.trace.duration_s - done.remaining)
+                failed = done.trace.failed and not done.remaining  # not a timeout
+                ran = done.trace.duration_s - done.remaining
+                offline.observe(_features(done), ran, failed=failed)
         assert rec.predicted_s == offline.predict(_features(rec)), rec.job.id
 
 

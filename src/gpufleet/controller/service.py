@@ -1672,13 +1672,15 @@ class Controller:
         estimates = Estimates(QuantilePredictor(self.setup.predict))
         with self.store.read() as conn:
             for job in _finished_jobs(conn):
-                estimates.predictor.observe(job.features, job.ran_s)
+                estimates.predictor.observe(job.features, job.ran_s, failed=job.failed)
         return estimates
 
-    def _learn(self, live: LiveJob, now: float) -> None:
-        """``live`` ended by itself now: the predictor learns the length of its run."""
+    def _learn(self, live: LiveJob, now: float, final: str) -> None:
+        """``live`` ended by itself now in state ``final``: the predictor learns the length
+        of its run and whether it failed."""
         if self._estimates is not None and live.start_time is not None:
-            self._estimates.finished(live.job(), live.name, int(now - live.start_time))
+            ran = int(now - live.start_time)
+            self._estimates.finished(live.job(), live.name, ran, failed=final == "FAILED")
 
     # -- node pools --------------------------------------------------------------
 
@@ -1907,7 +1909,7 @@ class Controller:
         else:
             row.update(state=final, end_time=now, reason=message)
             if final in LEARNT_STATES:
-                self._learn(live, now)
+                self._learn(live, now, final)
         end = {
             "job": live.pk,
             "run": live.run,
@@ -2770,6 +2772,7 @@ def _finished_jobs(conn: sa.Connection) -> list[prediction_error.Finished]:
             t.jobs.c.name,
             t.jobs.c.submit_time,
             t.jobs.c.time_limit_s,
+            t.jobs.c.state,
             runs.c.gpu_milli,
             runs.c.start_time,
             runs.c.end_time,
@@ -2787,6 +2790,7 @@ def _finished_jobs(conn: sa.Connection) -> list[prediction_error.Finished]:
             first_start=int(r.first_start),
             end=int(r.end_time),
             ran_s=int(r.end_time - r.start_time),
+            failed=r.state == "FAILED",
         )
         for r in rows
     ]

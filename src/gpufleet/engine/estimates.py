@@ -6,7 +6,7 @@ controller in wall-clock time alike:
 
 * a job is queued: ``stamp`` gives it its estimate before the book sees it;
 * a job ended by itself (the book's ``finish``): ``finished`` tells the
-  predictor the seconds it ran, all its runs together;
+  predictor the seconds it ran, all its runs together, and whether it failed;
 * a cycle is due: ``revise`` estimates every waiting job again, once per
   batch of finishes, so an ordering or a backfill plan reads estimates that
   use every job known to be over and none that is not.
@@ -35,9 +35,10 @@ class Estimates:
         """``job`` carrying its estimate, for the book's queue."""
         return with_estimate(job, self.predictor, name)
 
-    def finished(self, job: Job, name: str, ran_s: int) -> None:
-        """``job`` ended by itself after ``ran_s`` seconds of running (every run counted)."""
-        self.predictor.observe(Features.of(job, name), ran_s)
+    def finished(self, job: Job, name: str, ran_s: int, *, failed: bool = False) -> None:
+        """``job`` ended by itself after ``ran_s`` seconds of running (every run counted),
+        ``failed`` when it ended in failure (a non-zero exit)."""
+        self.predictor.observe(Features.of(job, name), ran_s, failed=failed)
         self.learnt = True
 
     def revise(self, book: JobBook, name: Callable[[str], str]) -> list[Job]:

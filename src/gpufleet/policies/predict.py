@@ -19,6 +19,28 @@ and takes the first with at least ``min_history`` finished jobs. With none,
 the estimate is the limit. An estimate never exceeds the limit (the hard
 bound) and is at least one second.
 
+Failed runs are kept apart (``failures``, on by default). A user debugging
+a script submits it again and again, each run failing within minutes
+(Jeon et al., USENIX ATC'19), then the fixed run takes the script's usual
+hours. Taken as runs of the script, failures would shorten the fixed run's
+estimate to their minutes and put it ahead of the queue, and lower the
+user's runtime-to-limit ratios. So only completed runs (timeouts included)
+make the estimates above, and a failure-prone run is estimated at its
+expected runtime::
+
+    p x failed + (1 - p) x completed
+
+``completed`` is the estimate above; ``failed`` the same quantile of the
+recent failed runs of the user's script (of this GPU count, then any),
+else of the user's, the account's or everyone's failed runs, never above
+``completed``; and ``p`` how often, over everyone's scripts, a run failed
+after as many failures of its script in a row as this script has now (0, 1,
+2, or 3 and more), counted in the order the runs ended: after a failure the
+next run fails more often than after a completed run. Shortest expected
+runtime first is the order that minimises the mean completion time on one
+machine when only the runtimes' distributions are known (Smith's rule
+over expectations).
+
 The predictor is pure and deterministic, and it learns only what a driver
 tells it (``observe``): the simulator tells it of each job when the job
 finishes, so a prediction at time t uses only jobs finished by t. Its state
@@ -55,6 +77,12 @@ class PredictArgs(BaseModel):
     quantile: float = Field(0.5, gt=0, lt=1, description="quantile of the history taken")
     history: int = Field(10, gt=0, description="recent finished jobs kept per group")
     min_history: int = Field(2, gt=0, description="finished jobs a group needs to be used")
+    failures: bool = Field(
+        True,
+        description="failed runs are learnt apart: they do not shorten the estimates of "
+        "completed runs, and a run is estimated at its expected runtime given how often "
+        "runs failed after its script's recent failures",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +104,12 @@ class RuntimePredictor(Protocol):
     """Learns from finished jobs and estimates new ones.
 
     ``observe`` is told each finished job once, with the seconds it ran
-    (all runs together); ``predict`` returns seconds in [1, limit]. Both are
-    deterministic: the same observations in the same order give the same
-    estimates.
+    (all runs together) and whether it failed; ``predict`` returns seconds
+    in [1, limit]. Both are deterministic: the same observations in the same
+    order give the same estimates.
     """
 
-    def observe(self, f: Features, runtime_s: int) -> None: ...
+    def observe(self, f: Features, runtime_s: int, *, failed: bool = False) -> None: ...
 
     def predict(self, f: Features) -> int: ...
 
@@ -89,16 +117,25 @@ class RuntimePredictor(Protocol):
 Group = tuple[Hashable, ...]
 
 
+MAX_STREAK = 3
+"""Failures in a row beyond which a script's next run is counted as after this many."""
+
+
 class QuantilePredictor:
     """Recent-history quantiles per group; see the module docstring."""
 
     def __init__(self, args: PredictArgs | None = None) -> None:
         self.args = args or PredictArgs()
-        self.runtimes: dict[Group, deque[int]] = {}
+        self.runtimes: dict[Group, deque[float]] = {}
         self.ratios: dict[Group, deque[float]] = {}
+        self.failures: dict[Group, deque[float]] = {}
+        # Each script's failures since its last completed run, and over all
+        # scripts, after each streak, how many runs [failed, completed].
+        self.streaks: dict[Group, int] = {}
+        self.after_streak = [[0, 0] for _ in range(MAX_STREAK + 1)]
         # Each group's quantile until it learns more: a queue re-estimated at
         # once asks for the same few groups many times.
-        self._quantiles: dict[tuple[bool, Group], float | None] = {}
+        self._quantiles: dict[tuple[str, Group], float | None] = {}
 
     @staticmethod
     def _by_name(f: Features) -> tuple[Group, ...]:
@@ -108,22 +145,38 @@ class QuantilePredictor:
     def _by_owner(f: Features) -> tuple[Group, ...]:
         return ("user", f.user), ("account", f.account), ("all",)
 
-    def observe(self, f: Features, runtime_s: int) -> None:
-        keep = self.args.history
-        runtime = max(1, min(runtime_s, f.limit_s))
-        if f.name:
-            for g in self._by_name(f):
-                self.runtimes.setdefault(g, deque(maxlen=keep)).append(runtime)
-                self._quantiles.pop((True, g), None)
-        for g in self._by_owner(f):
-            self.ratios.setdefault(g, deque(maxlen=keep)).append(runtime / f.limit_s)
-            self._quantiles.pop((False, g), None)
+    def _by_failures(self, f: Features) -> tuple[Group, ...]:
+        return (*self._by_name(f), *self._by_owner(f)) if f.name else self._by_owner(f)
 
-    def _quantile(self, by_name: bool, g: Group) -> float | None:
-        """The group's quantile of runtimes (by name) or ratios; None under min_history."""
-        key = (by_name, g)
+    def _streak(self, f: Features) -> int:
+        return self.streaks.get(("name", f.user, f.name), 0) if f.name else 0
+
+    def _keep(self, kind: str, groups: tuple[Group, ...], value: float) -> None:
+        """Append ``value`` to each group's history in the table named ``kind``."""
+        table: dict[Group, deque[float]] = getattr(self, kind)
+        for g in groups:
+            table.setdefault(g, deque(maxlen=self.args.history)).append(value)
+            self._quantiles.pop((kind, g), None)
+
+    def observe(self, f: Features, runtime_s: int, *, failed: bool = False) -> None:
+        runtime = max(1, min(runtime_s, f.limit_s))
+        if failed and self.args.failures:
+            self.after_streak[min(self._streak(f), MAX_STREAK)][0] += 1
+            self._keep("failures", self._by_failures(f), runtime)
+            if f.name:
+                self.streaks[("name", f.user, f.name)] = self._streak(f) + 1
+            return
+        self.after_streak[min(self._streak(f), MAX_STREAK)][1] += 1
+        self.streaks.pop(("name", f.user, f.name), None)
+        if f.name:
+            self._keep("runtimes", self._by_name(f), runtime)
+        self._keep("ratios", self._by_owner(f), runtime / f.limit_s)
+
+    def _quantile(self, kind: str, g: Group) -> float | None:
+        """The group's quantile in the table named ``kind``; None under min_history."""
+        key = (kind, g)
         if key not in self._quantiles:
-            history = (self.runtimes if by_name else self.ratios).get(g, ())
+            history = getattr(self, kind).get(g, ())
             enough = len(history) >= self.args.min_history
             values = np.fromiter(history, np.float64, count=len(history))
             self._quantiles[key] = (
@@ -131,19 +184,31 @@ class QuantilePredictor:
             )
         return self._quantiles[key]
 
+    def _first(self, kind: str, groups: tuple[Group, ...]) -> float | None:
+        """The quantile of the first of ``groups`` with enough history."""
+        return next((q for g in groups if (q := self._quantile(kind, g)) is not None), None)
+
+    def completed(self, f: Features) -> float:
+        """Seconds a run of ``f`` that does not fail is expected to take (not bounded)."""
+        runtime = self._first("runtimes", self._by_name(f)) if f.name else None
+        if runtime is not None:
+            return runtime
+        ratio = self._first("ratios", self._by_owner(f))
+        return f.limit_s if ratio is None else ratio * f.limit_s
+
+    def fail_chance(self, f: Features) -> float:
+        """How often a run failed after as many failures in a row as ``f``'s script has
+        now; 0 before any such run ended (a completed run is assumed)."""
+        failed, completed = self.after_streak[min(self._streak(f), MAX_STREAK)]
+        return failed / (failed + completed + 1)
+
     def predict(self, f: Features) -> int:
-        estimate = float(f.limit_s)
-        for g in self._by_name(f) if f.name else ():
-            runtime = self._quantile(True, g)
-            if runtime is not None:
-                estimate = runtime
-                break
-        else:
-            for g in self._by_owner(f):
-                ratio = self._quantile(False, g)
-                if ratio is not None:
-                    estimate = ratio * f.limit_s
-                    break
+        estimate = self.completed(f)
+        chance = self.fail_chance(f)
+        if chance:
+            failed = self._first("failures", self._by_failures(f))
+            if failed is not None:
+                estimate -= chance * max(0.0, estimate - failed)
         return max(1, min(f.limit_s, round(estimate)))
 
 

@@ -42,13 +42,14 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """A job that ended by itself: what a predictor sees, when it first started and ended,
-    and the seconds it ran."""
+    the seconds it ran and whether it failed."""
 
     features: Features
     submit: int
     first_start: int
     end: int
     ran_s: int
+    failed: bool = False
 
 
 def first_estimates(jobs: Sequence[Finished], predictor: RuntimePredictor) -> list[Outcome]:
@@ -63,14 +64,14 @@ def first_estimates(jobs: Sequence[Finished], predictor: RuntimePredictor) -> li
     for job in sorted(jobs, key=lambda j: (j.first_start, j.submit)):
         # A job that ends in the second it started must not teach its own estimate.
         while told < len(ends) and ends[told].end <= job.first_start and ends[told] is not job:
-            predictor.observe(ends[told].features, ends[told].ran_s)
+            predictor.observe(ends[told].features, ends[told].ran_s, failed=ends[told].failed)
             told += 1
         limit = job.features.limit_s
         outcomes.append(
             Outcome(job.submit, predictor.predict(job.features), min(job.ran_s, limit), limit)
         )
     for job in ends[told:]:
-        predictor.observe(job.features, job.ran_s)
+        predictor.observe(job.features, job.ran_s, failed=job.failed)
     return outcomes
 
 

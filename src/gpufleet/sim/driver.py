@@ -751,7 +751,10 @@ class Simulation:
         rec.remaining = max(0, rec.remaining - elapsed)
         self.done += 1
         if self.estimates is not None:  # learnt now, when the job is known to be over
-            self.estimates.finished(rec.job, rec.name, rec.trace.duration_s - rec.remaining)
+            # A run the trace says failed fails when it reaches its end (not its limit).
+            failed = rec.trace.failed and not rec.remaining
+            ran = rec.trace.duration_s - rec.remaining
+            self.estimates.finished(rec.job, rec.name, ran, failed=failed)
 
     def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
         """A run ended early (preemption or failure): keep the checkpointed work."""

@@ -14,6 +14,9 @@ from gpufleet.core.model import InvalidSpec, Request
 
 PRIORITY_CLASSES = ("high", "normal", "low")
 """Coarse priority tiers a trace can express; policies map them to numbers."""
+FAILED_STATES = frozenset({"failed", "out_of_memory", "node_fail"})
+"""End states (``labels["status"]`` or ``labels["state"]``, any case) of a job that
+failed: Slurm's FAILED, OUT_OF_MEMORY and NODE_FAIL, Philly's and PAI's Failed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +62,12 @@ class TraceJob:
             raise InvalidSpec(
                 "priority_class", f"must be one of {known}, got {self.priority_class!r}"
             )
+
+    @property
+    def failed(self) -> bool:
+        """Whether the trace says the run ended in failure (a runtime predictor learns it)."""
+        status = self.labels.get("status") or self.labels.get("state", "")
+        return status.lower() in FAILED_STATES
 
     @property
     def gpu_seconds(self) -> float:
