@@ -22,12 +22,15 @@ CPUs a run got, CPU time the work it did), its cycles (and how many periodic
 ones were skipped), and the queue: the mean and peak number of waiting jobs
 and the share of the replay's time with at least 10,000 waiting. ``--only
 NAME`` runs one policy. ``--quick`` replays 100 jobs of the same kind on 8
-nodes (``gpus_total=64``), in seconds.
+nodes (``gpus_total=64``), in seconds; ``--jobs N`` replays the first trace's
+kind with N jobs (for profiling). ``decisions`` is a checksum of every job's
+start, end and nodes: a change that only makes the replay faster keeps it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -37,6 +40,7 @@ from itertools import pairwise
 from typing import Any
 
 from gpufleet.core.model import GPU, Node
+from gpufleet.sim.driver import SimResult
 from gpufleet.sim.profile import profile_from_dict, replay
 from gpufleet.sim.traces import load_trace
 
@@ -59,9 +63,22 @@ def nodes(count: int) -> list[Node]:
     return [Node(f"node{i:02d}", 128_000, 1024 * 1024, gpus) for i in range(count)]
 
 
-def one(name: str, quick: bool) -> dict[str, Any]:
-    """Replay the trace (or the quick one) under one policy, in this process."""
-    jobs = load_trace(QUICK_TRACE if quick else TRACE)
+def decisions(result: SimResult) -> str:
+    """A checksum of when and where each job started and when it ended."""
+    digest = hashlib.sha256()
+    for r in sorted(result.jobs, key=lambda r: r.job.id):
+        nodes = ",".join(str(a.node) for a in r.last_assignments)
+        digest.update(f"{r.job.id} {r.first_start} {r.end} {r.state} {nodes}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def one(name: str, quick: bool, jobs_n: int | None) -> dict[str, Any]:
+    """Replay the trace (or the quick one, or one of ``jobs_n`` jobs) under one policy,
+    in this process."""
+    trace = QUICK_TRACE if quick else TRACE
+    if jobs_n is not None:
+        trace = trace.replace("n_jobs=15000", f"n_jobs={jobs_n}")
+    jobs = load_trace(trace)
     profile = profile_from_dict({**POLICIES[name], "placement": {"plugin": "best-fit"}}, name)
     start, cpu = time.perf_counter(), time.process_time()
     result = replay(nodes(8 if quick else 64), jobs, profile)
@@ -77,6 +94,7 @@ def one(name: str, quick: bool) -> dict[str, Any]:
         "waiting_mean": round(sum(d * n for d, n in spans) / span),
         "waiting_peak": max(s.pending for s in samples),
         "share_deep": round(sum(d for d, n in spans if n >= DEEP) / span, 3),
+        "decisions": decisions(result),
     }
 
 
@@ -87,9 +105,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per policy (median)")
     parser.add_argument("--child", choices=sorted(POLICIES), help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="100 jobs on 8 nodes")
+    parser.add_argument("--jobs", type=int, help="replay this many jobs (of the same kind)")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one(args.child, args.quick)))
+        print(json.dumps(one(args.child, args.quick, args.jobs)))
         return
     out: dict[str, Any] = {}
     for name in [args.only] if args.only else list(POLICIES):
@@ -97,6 +116,7 @@ def main() -> None:
         for _ in range(args.repeat):
             child = [sys.executable, __file__, "--child", name]
             child += ["--quick"] if args.quick else []
+            child += ["--jobs", str(args.jobs)] if args.jobs is not None else []
             done = subprocess.run(child, capture_output=True, text=True, check=True)
             runs.append(json.loads(done.stdout.splitlines()[-1]))
         medians = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s")}
