@@ -24,6 +24,7 @@ from gpufleet.core.placement import PlacementProfile, Placer
 from gpufleet.core.plan import Plan
 from gpufleet.core.protocols import Admission
 from gpufleet.core.snapshot import QueueView, Snapshot, Tally
+from gpufleet.core.state import Assignment, IntArray
 from gpufleet.core.timeline import RunningEvents, Timeline
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
@@ -50,10 +51,18 @@ def test_rows_follow_object_identity() -> None:
 
 def test_rows_start_afresh_once_departed_objects_dominate() -> None:
     rows: Rows[Job] = Rows()
-    rows.rows([qjob(f"old{i}").gpus(1).job() for i in range(2000)])
-    # 2000 rows held for a queue of 1 (> 2 x 1 + 1024): rebuilt, the new job is row 0.
-    assert rows.rows([qjob("x").gpus(1).job()]).tolist() == [0]
-    assert len(rows.objects) == 1
+    queue = [qjob(f"old{i}").gpus(1).job() for i in range(2000)]
+    rows.rows(queue)
+    # One job asked alone (as whether an arrival sorts past the queue's cut) keeps the
+    # queue's rows: it is row 2000, and the queue's jobs keep theirs.
+    assert rows.rows([qjob("x").gpus(1).job()]).tolist() == [2000]
+    assert rows.rows(queue[:3]).tolist() == [0, 1, 2]
+    # Queues of 1,000 new jobs: the rows outnumber 2 x 2000 + 1024 = 5024 only after
+    # the fourth (2001 + 4 x 1000), so the fifth starts afresh: its jobs are rows 0..999.
+    for k in range(5):
+        fresh = rows.rows([qjob(f"q{k}-{i}").gpus(1).job() for i in range(1000)])
+        assert fresh[0] == (0 if k == 4 else 2001 + 1000 * k)
+    assert len(rows.objects) == 1000
 
 
 QOS_LIMITS = st.builds(
@@ -258,6 +267,61 @@ def test_a_timeline_over_flattened_running_jobs_sees_the_same_releases() -> None
         shared = Timeline(snap.state, snap.now, 60, running, flattened)
         fresh = Timeline(snap.state, snap.now, 60, running)
         assert shared.node_times(request).tolist() == fresh.node_times(request).tolist()
+
+
+def flattened_entries(table: RunningEvents, rows: IntArray) -> list[list[tuple[int, ...]]]:
+    """Each kind of entry of ``table.live(rows)``, owners as job ids, in a canonical order;
+    and the tasks and GPU shares must come in order of their ends."""
+    flat = table.live(rows)
+    assert (np.diff(flat.end) >= 0).all() and (np.diff(flat.g_end) >= 0).all()
+    out = []
+    for matrix in (flat.tasks, flat.shares, flat.mig):
+        owners = [int(table.objects[o].job.id[1:]) for o in matrix[0].tolist()]
+        out.append(sorted(zip(owners, *matrix[1:].tolist(), strict=True)))
+    return out
+
+
+def running_job(i: int, end: int, places: list[tuple[int, int]]) -> RunningJob:
+    """Job ``r{i}`` ending at ``end``, a task per (node, GPUs) place, one MIG slice on the first."""
+    tasks = tuple(
+        Assignment(n, tuple(range(g)), 1000 if g else 0, 0, 100 * (i + 1), 7 * i, () if k else (i,))
+        for k, (n, g) in enumerate(places)
+    )
+    j = qjob(f"r{i}").gpus(1).job(state=JobState.RUNNING, start_time=0)
+    return RunningJob(j, tasks, end)
+
+
+jobs_ = st.lists(
+    st.tuples(
+        st.integers(0, 50),
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=3),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs_, st.lists(st.lists(st.tuples(st.integers(0, 11), st.booleans())), max_size=6))
+def test_running_jobs_flattened_across_cycles_match_a_fresh_flattening(
+    specs: list[tuple[int, list[tuple[int, int]]]], cycles: list[list[tuple[int, bool]]]
+) -> None:
+    # Each cycle runs some of the jobs; a job may come back changed (a new object: it
+    # ends 1000 s later), as a driver hands a job whose expected end moved.
+    pool = [running_job(i, end, places) for i, (end, places) in enumerate(specs)]
+    kept = RunningEvents()
+    for cycle in cycles:
+        running: dict[int, RunningJob] = {}
+        for i, changed in cycle:
+            if i < len(pool):
+                if changed:
+                    pool[i] = replace(pool[i], expected_end=pool[i].expected_end + 1000)
+                running[i] = pool[i]
+        jobs = list(running.values())
+        fresh = RunningEvents()
+        assert flattened_entries(kept, kept.rows(jobs)) == flattened_entries(
+            fresh, fresh.rows(jobs)
+        )
 
 
 def greedy(tag: str, count: int) -> list[QueuedJobBuilder]:

@@ -191,9 +191,10 @@ def test_multifactor_reads_a_changed_job_afresh_across_cycles() -> None:
 
 def test_queue_columns_start_afresh_once_departed_jobs_dominate() -> None:
     columns = QueueColumns()
-    columns.rows([pending(f"old{i}") for i in range(2000)])
+    for k in range(4):
+        columns.rows([pending(f"q{k}-{i}") for i in range(600)])
     rows = columns.rows([pending("x"), pending("y")])
-    # 2000 rows held for a queue of 2 (> 2 x 2 + 1024): rebuilt, x and y are rows 0 and 1
+    # 2400 rows held, the longest queue 600 (> 2 x 600 + 1024): rebuilt, x and y are rows 0, 1
     assert rows.tolist() == [0, 1]
     assert len(columns.jobs) == 2
 

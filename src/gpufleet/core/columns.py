@@ -7,7 +7,9 @@ pass, so what a job fixes (its time limit, its QoS, its request shape) is
 extracted from it once, not once per cycle. A changed job is a new object
 and gets a new row, so nothing stale is ever read. Rows hold a reference to
 their object, so an identity cannot be reused while its row lives; once
-rows outnumber twice the sequence, the columns start afresh.
+rows outnumber twice the longest sequence asked since the columns last
+started, they start afresh (a short one asked now and then, such as a
+single job, so keeps the queue's rows).
 
 A sequence that is an ``Entries`` view of a ``Log`` (the job book's queue)
 is found without looking at its objects: its entries' positions in the log
@@ -117,11 +119,13 @@ class Rows(Generic[T]):
         self._codes: dict[str, tuple[dict[Hashable, int], list[Any], IntArray]] = {}
         self._log: list[T] | None = None  # the log list ``_log_rows`` maps (Entries.items)
         self._log_rows = np.zeros(0, dtype=np.int64)  # the row of each log position; -1: none
+        self._longest = 0  # the longest sequence asked since
 
     def rows(self, objects: Sequence[T]) -> IntArray:
         """The row of each object, adding rows (in order of appearance) for new ones."""
-        if len(self.objects) > 2 * len(objects) + 1024:
+        if len(self.objects) > 2 * max(self._longest, len(objects)) + 1024:
             self._reset()
+        self._longest = max(self._longest, len(objects))
         if isinstance(objects, Entries):
             return self._entry_rows(objects)
         return self._identity_rows(objects)

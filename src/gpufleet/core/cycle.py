@@ -373,7 +373,8 @@ class _Cycle:
         # How long a job is taken to hold its nodes: its limit, or its estimate.
         self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
         cache = profile.cache
-        self.tally = Tally.of_running(cache.running, cache.running.rows(snapshot.running))
+        running_rows = cache.running.rows(snapshot.running)
+        self.tally = Tally.of_running(cache.running, running_rows)
         bf = profile.backfill
         # A cycle between backfill passes is Slurm's main pass: as without backfill.
         self.backfill = bf if bf is not None and bf.runs_at(now, snapshot.last_backfill) else None
@@ -382,7 +383,7 @@ class _Cycle:
         resolution = self.backfill.resolution if self.backfill else 1
         will_run = self.backfill.will_run if self.backfill else None
         self.timeline = Timeline(
-            self.state, now, resolution, snapshot.running, cache.running, will_run
+            self.state, now, resolution, snapshot.running, cache.running, will_run, running_rows
         )
         # Nodes kept for planned starts and for exclusive jobs, per time span.
         self.planned = Blocks.none(self.state.num_nodes)

@@ -36,8 +36,8 @@ first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -319,12 +319,14 @@ class Timeline:
         running: Sequence[RunningJob] = (),
         flattened: RunningEvents | None = None,
         will_run: WillRun | None = None,
+        rows: IntArray | None = None,
     ) -> None:
         """``running`` hold their assignments until their expected ends (read lazily).
 
         ``flattened``, kept by the caller across timelines, saves flattening
-        the same running jobs' assignments again. ``will_run``: estimate as
-        Slurm does (module docstring); None: exactly.
+        the same running jobs' assignments again; ``rows``: the rows of
+        ``running`` there, when the caller has them. ``will_run``: estimate
+        as Slurm does (module docstring); None: exactly.
         """
         self.state = state
         self.will_run = will_run
@@ -332,6 +334,7 @@ class Timeline:
         self.resolution = max(1, resolution)
         self._running = running
         self._flattened = flattened if flattened is not None else RunningEvents()
+        self._rows = rows
         self._removed: set[str] = set()
         self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
         self._holders: _Flat | None = None
@@ -357,18 +360,18 @@ class Timeline:
         self._times.clear()
 
     def _flat(self) -> _Flat:
-        """Every holder's assignments and end, as flat arrays."""
+        """Every holder's assignments and end, as flat arrays in order of their ends."""
         if self._holders is None:
-            flat = self._flattened
-            rows = flat.rows(self._running)
+            table = self._flattened
+            rows = table.rows(self._running) if self._rows is None else self._rows
+            running = table.live(rows)
             gone = self._removed | self._added.keys()
             if gone:
-                ids = flat.values("id", _job_id, object)[rows]
-                rows = rows[[i not in gone for i in ids]]
-            live = np.zeros(len(flat.objects), dtype=np.bool_)
-            live[rows] = True
-            running = flat.flat().where(live)
-            self._holders = running.then(_Flat.of(list(self._added.values())))
+                live = np.zeros(len(table.objects), dtype=np.bool_)
+                live[rows] = True
+                live[table.rows_of(gone)] = False
+                running = running.where(live)
+            self._holders = running.merged(_Flat.of(list(self._added.values())))
         return self._holders
 
     def _events(self, seen: BoolArray | None = None, since: int = 0) -> _Events:
@@ -385,10 +388,7 @@ class Timeline:
         if built is None:
             flat = self._flat()
             batch = partial(self.will_run.batched, now=since, ends=flat.end[seen[flat.node]])
-            flat = replace(
-                flat, end=batch(flat.end), g_end=batch(flat.g_end), m_end=batch(flat.m_end)
-            )
-            built = self._batched[key] = _Events.build(self.state, flat, self.now)
+            built = self._batched[key] = _Events.build(self.state, flat.ending(batch), self.now)
         return built
 
     def node_times(self, r: Request, ev: _Events | None = None) -> IntArray:
@@ -611,15 +611,6 @@ class _Releases:
     amount: IntArray
     slots: int
 
-    @classmethod
-    def build(
-        cls, slot: IntArray, time: IntArray, amounts: Sequence[IntArray], slots: int
-    ) -> list[_Releases]:
-        """One ``_Releases`` per amount released by the same events (sorted once)."""
-        order = np.argsort(time, kind="stable")
-        slot, time = slot[order], time[order]
-        return [cls(slot, time, amount[order], slots) for amount in amounts]
-
     def first(self, free: IntArray, need: int, now: int) -> IntArray:
         """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
         free = free.astype(np.int64, copy=False)
@@ -630,94 +621,143 @@ def _job_id(r: RunningJob) -> str:
     return r.job.id
 
 
+def _by_end(entries: IntArray, end: int) -> IntArray:
+    """The columns of ``entries`` (one per entry) in order of their row ``end``."""
+    return entries[:, np.argsort(entries[end], kind="stable")]
+
+
+def _merge(a: IntArray, b: IntArray, end: int) -> IntArray:
+    """Columns of ``a`` and ``b``, each in order of row ``end``, merged in that order."""
+    if not b.shape[1]:
+        return a
+    if not a.shape[1]:
+        return b
+    return np.insert(a, np.searchsorted(a[end], b[end], side="right"), b, axis=1)
+
+
+class _Row:
+    """A field of a ``_Flat``: one row of one of its matrices."""
+
+    def __init__(self, matrix: str, row: int) -> None:
+        self.matrix, self.row = matrix, row
+
+    def __get__(self, flat: _Flat, owner: type) -> IntArray:
+        values: IntArray = getattr(flat, self.matrix)[self.row]
+        return values
+
+
 @dataclass(frozen=True)
 class _Flat:
     """Assignments of holders as flat arrays: per task, per GPU share and per MIG instance.
 
-    ``*_owner`` is the holder each entry comes from (its row, or its position).
+    Each is a matrix with a column per entry (one numpy call moves every
+    field). Tasks and GPU shares are kept in order of their end, so release
+    events need no sort; the order of entries that end together is free
+    (what is released by a time does not depend on it). ``*_owner`` is the
+    holder each entry comes from (its row, or its position).
     """
 
-    owner: IntArray
-    node: IntArray
-    end: IntArray
-    cpu: IntArray
-    mem: IntArray
-    g_owner: IntArray
-    g_node: IntArray
-    g_gpu: IntArray
-    g_end: IntArray
-    g_milli: IntArray
-    g_mem: IntArray
-    m_owner: IntArray
-    m_index: IntArray
-    m_end: IntArray
+    tasks: IntArray  # owner, node, end, cpu, mem
+    shares: IntArray  # owner, node, gpu, end, milli, gpu memory
+    mig: IntArray  # owner, instance, end
+
+    owner = _Row("tasks", 0)
+    node = _Row("tasks", 1)
+    end = _Row("tasks", 2)
+    cpu = _Row("tasks", 3)
+    mem = _Row("tasks", 4)
+    g_node = _Row("shares", 1)
+    g_gpu = _Row("shares", 2)
+    g_end = _Row("shares", 3)
+    g_milli = _Row("shares", 4)
+    g_mem = _Row("shares", 5)
+    m_index = _Row("mig", 1)
+    m_end = _Row("mig", 2)
 
     @classmethod
-    def of(cls, holders: Sequence[tuple[int, tuple[Assignment, ...]]]) -> _Flat:
-        """Flatten ``holders`` (end, assignments); owners are their positions."""
-        cols: list[list[int]] = [[] for _ in range(14)]
-        (owner, node, end, cpu, mem, g_owner, g_node, g_gpu, g_end, g_milli, g_mem) = cols[:11]
-        m_owner, m_index, m_end = cols[11:]
-        for k, (t, assignments) in enumerate(holders):
+    def of(
+        cls, holders: Sequence[tuple[int, tuple[Assignment, ...]]], owners: IntArray | None = None
+    ) -> _Flat:
+        """Flatten ``holders`` (end, assignments); owners are ``owners``, else positions."""
+        tasks: list[tuple[int, ...]] = []
+        shares: list[tuple[int, ...]] = []
+        mig: list[tuple[int, ...]] = []
+        who = range(len(holders)) if owners is None else owners.tolist()
+        for k, (t, assignments) in zip(who, holders, strict=True):
             for a in assignments:
-                owner.append(k)
-                node.append(a.node)
-                end.append(t)
-                cpu.append(a.cpu_milli)
-                mem.append(a.memory_mib)
-                for g in a.gpus:
-                    g_owner.append(k)
-                    g_node.append(a.node)
-                    g_gpu.append(g)
-                    g_end.append(t)
-                    g_milli.append(a.gpu_milli)
-                    g_mem.append(a.gpu_memory_mib)
-                for m in a.mig:
-                    m_owner.append(k)
-                    m_index.append(m)
-                    m_end.append(t)
-        return cls(*(np.array(c, dtype=np.int64) for c in cols))
+                tasks.append((k, a.node, t, a.cpu_milli, a.memory_mib))
+                shares.extend((k, a.node, g, t, a.gpu_milli, a.gpu_memory_mib) for g in a.gpus)
+                mig.extend((k, m, t) for m in a.mig)
 
-    def offset(self, by: int) -> _Flat:
-        """The same entries with owners shifted by ``by``."""
-        return replace(
-            self, owner=self.owner + by, g_owner=self.g_owner + by, m_owner=self.m_owner + by
-        )
+        def matrix(rows: list[tuple[int, ...]], width: int) -> IntArray:
+            return np.array(rows, dtype=np.int64).reshape(-1, width).T
 
-    def then(self, other: _Flat) -> _Flat:
-        """These entries followed by ``other``'s (owners kept as they are)."""
+        return cls(_by_end(matrix(tasks, 5), 2), _by_end(matrix(shares, 6), 3), matrix(mig, 3))
+
+    def merged(self, other: _Flat) -> _Flat:
+        """These entries and ``other``'s, in order of their ends (owners kept as they are)."""
         return _Flat(
-            *(np.concatenate([a, b]) for a, b in zip(self._arrays(), other._arrays(), strict=True))
+            _merge(self.tasks, other.tasks, 2),
+            _merge(self.shares, other.shares, 3),
+            np.concatenate([self.mig, other.mig], axis=1),
         )
 
     def where(self, live: BoolArray) -> _Flat:
         """Only the entries whose owner is ``live``."""
-        keep, g_keep, m_keep = live[self.owner], live[self.g_owner], live[self.m_owner]
         return _Flat(
-            *(a[keep] for a in self._arrays()[:5]),
-            *(a[g_keep] for a in self._arrays()[5:11]),
-            *(a[m_keep] for a in self._arrays()[11:]),
+            self.tasks[:, live[self.tasks[0]]],
+            self.shares[:, live[self.shares[0]]],
+            self.mig[:, live[self.mig[0]]],
         )
 
-    def _arrays(self) -> tuple[IntArray, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
+    def ending(self, at: Callable[[IntArray], IntArray]) -> _Flat:
+        """The same entries, each ending at ``at(its end)`` instead (in order again)."""
+        tasks, shares, mig = self.tasks.copy(), self.shares.copy(), self.mig.copy()
+        tasks[2], shares[3], mig[2] = at(tasks[2]), at(shares[3]), at(mig[2])
+        return _Flat(_by_end(tasks, 2), _by_end(shares, 3), mig)
 
 
 class RunningEvents(Rows[RunningJob]):
-    """Running jobs' assignments flattened once per job and kept across cycles."""
+    """Running jobs' rows, and the flattened assignments of the jobs a cycle last
+    read (``live``), kept across cycles."""
 
     def _reset(self) -> None:
         super()._reset()
-        self._flat = _Flat.of([])
-        self._flat_rows = 0
+        self._live = _Flat.of([])
+        self._live_rows = np.zeros(0, dtype=np.bool_)
+        self._by_id: dict[str, list[int]] = {}
+        self._by_id_rows = 0
 
-    def flat(self) -> _Flat:
-        """The flattened assignments of every row; owners are rows."""
-        if self._flat_rows < len(self.objects):
-            fresh = [(r.expected_end, r.assignments) for r in self.objects[self._flat_rows :]]
-            self._flat = self._flat.then(_Flat.of(fresh).offset(self._flat_rows))
-            self._flat_rows = len(self.objects)
-        return self._flat
+    def live(self, rows: IntArray) -> _Flat:
+        """The flattened assignments of the jobs at ``rows``; owners are rows.
+
+        Updated from the last call's by the jobs that left and came (a
+        cycle's running jobs differ from the last cycle's by a few), so only
+        new jobs are flattened; as if flattened afresh, in another order of
+        entries that end together.
+        """
+        want = np.zeros(len(self.objects), dtype=np.bool_)
+        want[rows] = True
+        had = np.zeros(len(self.objects), dtype=np.bool_)
+        had[: len(self._live_rows)] = self._live_rows
+        live = self._live
+        if (had & ~want).any():
+            live = live.where(want)
+        came = np.flatnonzero(want & ~had)
+        if len(came):
+            objects = self.objects
+            fresh = [(objects[i].expected_end, objects[i].assignments) for i in came.tolist()]
+            live = live.merged(_Flat.of(fresh, came))
+        self._live, self._live_rows = live, want
+        return live
+
+    def rows_of(self, ids: Iterable[str]) -> IntArray:
+        """Every row of a job of these ids (a job changed since has rows of old objects)."""
+        for i in range(self._by_id_rows, len(self.objects)):
+            self._by_id.setdefault(self.objects[i].job.id, []).append(i)
+        self._by_id_rows = len(self.objects)
+        found = [i for job_id in ids for i in self._by_id.get(job_id, ())]
+        return np.array(found, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -739,27 +779,21 @@ class _Events:
 
     @classmethod
     def build(cls, st: ClusterState, f: _Flat, now: int) -> _Events:
-        """Events of ``f``: past ends count as now."""
+        """Events of ``f``: past ends count as now (which keeps them in order)."""
         width = st.gpu_milli_free.shape[1]
-
-        def at_least_now(times: IntArray) -> IntArray:
-            return np.maximum(times, now)
-
-        end, g_end = at_least_now(f.end), at_least_now(f.g_end)
+        end, g_end = np.maximum(f.end, now), np.maximum(f.g_end, now)
         slot = f.g_node * width + f.g_gpu
         mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
         mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
         mig_end[f.m_index] = f.m_end
         mig_held[f.m_index] = True
         n = st.num_nodes
-        cpu, mem = _Releases.build(f.node, end, (f.cpu, f.mem), n)
-        milli, gmem = _Releases.build(slot, g_end, (f.g_milli, f.g_mem), n * width)
         return cls(
-            cpu=cpu,
-            mem=mem,
-            milli=milli,
-            gmem=gmem,
-            mig_end=np.where(st.mig_free, 0, np.where(mig_held, at_least_now(mig_end), NEVER)),
+            cpu=_Releases(f.node, end, f.cpu, n),
+            mem=_Releases(f.node, end, f.mem, n),
+            milli=_Releases(slot, g_end, f.g_milli, n * width),
+            gmem=_Releases(slot, g_end, f.g_mem, n * width),
+            mig_end=np.where(st.mig_free, 0, np.where(mig_held, np.maximum(mig_end, now), NEVER)),
             now=now,
             task_node=f.node,
             task_end=end,
