@@ -34,6 +34,26 @@ def test_trace_job_rejects(overrides: dict[str, Any], field: str) -> None:
     assert err.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("labels", "failed"),
+    [
+        ({"status": "Failed"}, True),  # the generator's failed runs, PAI's status
+        ({"state": "Failed"}, True),  # Philly's and Helios' state column
+        ({"status": "FAILED"}, True),  # sacct's State
+        ({"status": "OUT_OF_MEMORY"}, True),
+        ({"status": "NODE_FAIL"}, True),
+        ({"status": "COMPLETED"}, False),
+        ({"status": "CANCELLED"}, False),  # stopped by someone, not a failure of the run
+        ({"status": "TIMEOUT"}, False),
+        ({"state": "Pass"}, False),
+        ({"state": "Killed"}, False),
+        ({}, False),
+    ],
+)
+def test_a_failed_run_by_its_status(labels: dict[str, str], failed: bool) -> None:
+    assert job(labels=labels).failed is failed
+
+
 def test_trace_job_defaults_and_gpu_seconds() -> None:
     gang = job(request=Request(gpus=8, nodes=2), duration_s=100)
     # 8 GPUs x 2 nodes x 100 s

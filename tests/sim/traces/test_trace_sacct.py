@@ -61,6 +61,8 @@ def test_loads_jobs_that_ran(fixture: Callable[[str], Path]) -> None:
     assert [j.duration_s for j in jobs] == [45, 3600, 7200, 93784]
     # 05:00; 1 day; UNLIMITED; 2 days
     assert [j.time_limit_s for j in jobs] == [300, 86400, None, 172800]
+    # State's first word ("CANCELLED by 1000")
+    assert [j.labels["status"] for j in jobs] == ["COMPLETED", "COMPLETED", "CANCELLED", "RUNNING"]
     first = jobs[1]
     assert (first.user, first.account, first.qos, first.partition) == (
         "ana",

@@ -125,7 +125,8 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
                 account=row["Account"],
                 qos=row.get("QOS", ""),
                 partition=row["Partition"],
-                labels={"name": row["JobName"]} if row.get("JobName") else {},
+                labels=({"name": row["JobName"]} if row.get("JobName") else {})
+                | {"status": state},
             )
         started.append((submit, job))
     if not started:
