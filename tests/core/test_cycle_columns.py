@@ -21,7 +21,7 @@ from gpufleet.core.columns import Rows
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
 from gpufleet.core.placement import PlacementProfile, Placer
-from gpufleet.core.plan import Plan
+from gpufleet.core.plan import NODE_NOT_AVAIL, Plan
 from gpufleet.core.protocols import Admission
 from gpufleet.core.snapshot import QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, IntArray
@@ -257,6 +257,31 @@ def test_a_profile_reused_across_cycles_plans_as_a_fresh_one() -> None:
         run_cycle(later, shared),
         run_cycle(later, profile("easy", [PartitionLimits(), QosLimits()])),
     )
+
+
+def test_a_profile_reused_across_cycles_sees_node_health_and_shape() -> None:
+    # An 8-GPU job fits only a (b has 4 GPUs): while a is down it fits no node; once a is
+    # back it starts there, but not once a GPU of a is cut into MIG slices (7 whole
+    # GPUs left); with an 8-GPU c added, it starts on c.
+    state = cluster(node("a").gpus(8), node("b").gpus(4))
+    big = qjob("big").gpus(8).job()
+    snap = Snapshot(
+        state=state,
+        running=(),
+        pending=[big],
+        qos={"normal": QoS("normal")},
+        partitions={"main": Partition("main")},
+        now=0,
+    )
+    shared = profile("easy", [])
+    state.healthy[0] = False
+    assert run_cycle(snap, shared).reasons == {"big": NODE_NOT_AVAIL}
+    state.healthy[0] = True
+    assert [a.node for a in run_cycle(snap, shared).starts["big"]] == [0]
+    state.set_mig_layout("a", 0, (("1g.10gb", 0),))
+    assert run_cycle(snap, shared).reasons == {"big": NODE_NOT_AVAIL}
+    state.add_node(node("c").gpus(8).build())
+    assert [a.node for a in run_cycle(snap, shared).starts["big"]] == [2]
 
 
 def test_a_timeline_over_flattened_running_jobs_sees_the_same_releases() -> None:

@@ -135,6 +135,10 @@ class CycleCache:
 
     pending: Rows[Job] = field(default_factory=Rows)
     running: RunningEvents = field(default_factory=RunningEvents)
+    idle_fits: dict[tuple[Request, bytes, bytes], bool] = field(default_factory=dict)
+    """Whether a request fits nodes of the idle cluster, by request, nodes and their health,
+    for the state and epoch of ``idle_of`` (see ``_Cycle._fits_idle``)."""
+    idle_of: tuple[ClusterState, int] | None = None
 
 
 @dataclass
@@ -406,7 +410,8 @@ class _Cycle:
         self.backfilled = 0
         self.planned_count = 0
         self.events = 0  # steps that changed what later jobs would see; see _walk
-        self.bulk = all(isinstance(a, BulkAdmission) for a in profile.admission)
+        # What a runtime-checkable protocol checks, without its cost in every cycle.
+        self.bulk = all(callable(getattr(a, "admit_all", None)) for a in profile.admission)
         gate = profile.gate
         # A gate that is quiet for this snapshot is asked only about jobs naming a reservation.
         self.quiet_gate = gate is None or (isinstance(gate, QuietGate) and gate.quiet(snapshot))
@@ -747,6 +752,27 @@ class _Cycle:
         return Placer(replace(pp, filters=[*pp.filters, NodeMask(mask)]))
 
     def _fits_idle(self, r: Request, nodes: BoolArray) -> bool:
+        """Whether ``r`` fits the ``nodes`` of the idle cluster.
+
+        Without profile filters the fit reads only the request, the nodes'
+        health and what the state's shape fixes (totals, models, MIG
+        layouts: its ``epoch``), so answers are kept across cycles.
+        """
+        state, cache = self.state, self.p.cache
+        if self.p.placement.filters:
+            return self._test_idle(r, nodes)
+        if cache.idle_of != (state, state.epoch):  # the same state object, in the same shape
+            cache.idle_fits.clear()
+            cache.idle_of = (state, state.epoch)
+        key = (r, nodes.tobytes(), state.healthy.tobytes())
+        fits = cache.idle_fits.get(key)
+        if fits is None:
+            if len(cache.idle_fits) >= 4096:  # health changing often: keep it bounded
+                cache.idle_fits.clear()
+            fits = cache.idle_fits[key] = self._test_idle(r, nodes)
+        return fits
+
+    def _test_idle(self, r: Request, nodes: BoolArray) -> bool:
         ctx = self._placer(nodes).context(self.state, r, Mode.TEST)
         return int(ctx.feasible.sum()) >= r.nodes
 

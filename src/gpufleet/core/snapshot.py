@@ -106,7 +106,9 @@ class Tally:
             codes, keys = table.codes(column, key)
             if len(keys):
                 total = np.bincount(codes[rows], weights, minlength=len(keys))
-                counter.update((k, int(v)) for k, v in zip(keys, total, strict=True) if v)
+                held = np.flatnonzero(total)  # of every key ever seen, those held now
+                amounts = total[held].astype(np.int64).tolist()
+                counter.update(zip([keys[i] for i in held.tolist()], amounts, strict=True))
         return tally
 
     def add(self, job: Job, sign: int = 1) -> None:

@@ -626,13 +626,20 @@ def _by_end(entries: IntArray, end: int) -> IntArray:
     return entries[:, np.argsort(entries[end], kind="stable")]
 
 
+@njit(cache=True, nogil=True)
 def _merge(a: IntArray, b: IntArray, end: int) -> IntArray:
     """Columns of ``a`` and ``b``, each in order of row ``end``, merged in that order."""
-    if not b.shape[1]:
-        return a
-    if not a.shape[1]:
-        return b
-    return np.insert(a, np.searchsorted(a[end], b[end], side="right"), b, axis=1)
+    n, m = a.shape[1], b.shape[1]
+    out = np.empty((a.shape[0], n + m), dtype=np.int64)
+    i = j = 0
+    while i < n or j < m:
+        if j < m and (i >= n or b[end, j] < a[end, i]):
+            out[:, i + j] = b[:, j]
+            j += 1
+        else:
+            out[:, i + j] = a[:, i]
+            i += 1
+    return out
 
 
 class _Row:
@@ -696,6 +703,8 @@ class _Flat:
 
     def merged(self, other: _Flat) -> _Flat:
         """These entries and ``other``'s, in order of their ends (owners kept as they are)."""
+        if not other.tasks.shape[1]:
+            return self
         return _Flat(
             _merge(self.tasks, other.tasks, 2),
             _merge(self.shares, other.shares, 3),
