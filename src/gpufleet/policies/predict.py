@@ -35,11 +35,12 @@ recent failed runs of the user's script (of this GPU count, then any),
 else of the user's, the account's or everyone's failed runs, never above
 ``completed``; and ``p`` how often, over everyone's scripts, a run failed
 after as many failures of its script in a row as this script has now (0, 1,
-2, or 3 and more), counted in the order the runs ended: after a failure the
-next run fails more often than after a completed run. Shortest expected
+2, or 3 and more), counted in the order the runs ended, with one completed
+run counted besides (so 0 before such a run has failed): after a failure
+the next run fails more often than after a completed run. Shortest expected
 runtime first is the order that minimises the mean completion time on one
-machine when only the runtimes' distributions are known (Smith's rule
-over expectations).
+machine without preemption when only the runtimes' distributions are known
+(Rothkopf 1966, Smith's rule over expectations).
 
 The predictor is pure and deterministic, and it learns only what a driver
 tells it (``observe``): the simulator tells it of each job when the job
@@ -198,7 +199,7 @@ class QuantilePredictor:
 
     def fail_chance(self, f: Features) -> float:
         """How often a run failed after as many failures in a row as ``f``'s script has
-        now; 0 before any such run ended (a completed run is assumed)."""
+        now, with one completed run counted besides (0 before any such run failed)."""
         failed, completed = self.after_streak[min(self._streak(f), MAX_STREAK)]
         return failed / (failed + completed + 1)
 
