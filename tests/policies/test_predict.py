@@ -62,6 +62,16 @@ def failed(f: Features, *runtimes: int) -> Seen:
     return [(f, r, True) for r in runtimes]
 
 
+# two scripts of one user: a runs twice, fails twice and is fixed; b runs twice, fails
+TWO_SCRIPTS = (
+    completed(feat(name="a"), 1000, 1000)
+    + failed(feat(name="a"), 100, 100)
+    + completed(feat(name="a"), 1000)
+    + completed(feat(name="b"), 2000, 2000)
+    + failed(feat(name="b"), 200)
+)
+
+
 @pytest.mark.parametrize(
     ("seen", "asked", "expected"),
     [
@@ -82,22 +92,14 @@ def failed(f: Features, *runtimes: int) -> Seen:
         # failure is under min_history, the user's failures 100, 100, 200 -> 100:
         # 2000 - 0.5 x (2000 - 100) = 1050
         (
-            completed(feat(name="a"), 1000, 1000)
-            + failed(feat(name="a"), 100, 100)
-            + completed(feat(name="a"), 1000)
-            + completed(feat(name="b"), 2000, 2000)
-            + failed(feat(name="b"), 200),
+            TWO_SCRIPTS,
             feat(name="b"),
             1050,
         ),
         # the same, a after its fix: p = 2 / (2 + 4 + 1); a's failures 100, 100:
         # 1000 - 2/7 x (1000 - 100) = 742.9
         (
-            completed(feat(name="a"), 1000, 1000)
-            + failed(feat(name="a"), 100, 100)
-            + completed(feat(name="a"), 1000)
-            + completed(feat(name="b"), 2000, 2000)
-            + failed(feat(name="b"), 200),
+            TWO_SCRIPTS,
             feat(name="a"),
             743,
         ),
