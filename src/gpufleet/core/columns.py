@@ -2,9 +2,9 @@
 
 A driver hands every cycle a fresh sequence of jobs, most of them the very
 objects it handed the cycle before. ``Rows`` gives each object a row the
-first time it is seen and finds it again by identity, in one vectorised
-pass, so what a job fixes (its time limit, its QoS, its request shape) is
-extracted from it once, not once per cycle. A changed job is a new object
+first time it is seen and finds it again by identity (a dictionary by
+``id``), so what a job fixes (its time limit, its QoS, its request shape)
+is extracted from it once, not once per cycle. A changed job is a new object
 and gets a new row, so nothing stale is ever read. Rows hold a reference to
 their object, so an identity cannot be reused while its row lives; once
 rows outnumber twice the longest sequence asked since the columns last
@@ -113,8 +113,7 @@ class Rows(Generic[T]):
 
     def _reset(self) -> None:
         self.objects: list[T] = []
-        self._ids = np.zeros(0, dtype=np.uint64)  # id() of each row's object, sorted
-        self._at = np.zeros(0, dtype=np.int64)  # the row of each sorted id
+        self._row_of: dict[int, int] = {}  # the row of each object, by id()
         self._values: dict[str, npt.NDArray[Any]] = {}
         self._codes: dict[str, tuple[dict[Hashable, int], list[Any], IntArray]] = {}
         self._log: list[T] | None = None  # the log list ``_log_rows`` maps (Entries.items)
@@ -150,24 +149,18 @@ class Rows(Generic[T]):
         return out
 
     def _identity_rows(self, objects: Sequence[T]) -> IntArray:
-        ids = np.fromiter(map(id, objects), dtype=np.uint64, count=len(objects))
-        pos = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
-        hit = self._ids[pos] == ids if len(self._ids) else np.zeros(len(ids), dtype=np.bool_)
-        out = np.where(hit, self._at[pos] if len(self._at) else 0, 0)
-        miss = np.flatnonzero(~hit)
-        if len(miss):
-            new, first, inverse = np.unique(ids[miss], return_index=True, return_inverse=True)
-            appear = np.argsort(first, kind="stable")
-            rank = np.empty(len(new), dtype=np.int64)
-            rank[appear] = np.arange(len(new))
-            base = len(self.objects)
-            self.objects.extend(objects[int(i)] for i in miss[first[appear]])
-            out[miss] = base + rank[inverse.ravel()]
-            ids_all = np.concatenate([self._ids, new])
-            at_all = np.concatenate([self._at, base + rank])
-            order = np.argsort(ids_all, kind="stable")
-            self._ids, self._at = ids_all[order], at_all[order]
-        return out.astype(np.int64, copy=False)
+        row_of = self._row_of
+        out = np.fromiter(
+            (row_of.get(i, -1) for i in map(id, objects)), dtype=np.int64, count=len(objects)
+        )
+        for i in np.flatnonzero(out < 0).tolist():
+            obj = objects[i]
+            row = row_of.get(id(obj))  # listed earlier in this sequence too
+            if row is None:
+                row = row_of[id(obj)] = len(self.objects)
+                self.objects.append(obj)
+            out[i] = row
+        return out
 
     def values(
         self, column: str, of: Callable[[T], Any], dtype: Any = np.int64

@@ -577,8 +577,8 @@ class Timeline:
             blocks.start,
             blocks.end,
         )
-        cuts = np.cumsum(np.where((starts >= 0) & (starts <= horizon), gang, 0))
-        return starts, np.split(chosen, cuts[:-1])
+        ends = np.cumsum(np.where((starts >= 0) & (starts <= horizon), gang, 0)).tolist()
+        return starts, [chosen[a:b] for a, b in zip([0, *ends], ends, strict=False)]
 
 
 @njit(cache=True, nogil=True)
