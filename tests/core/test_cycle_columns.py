@@ -349,6 +349,48 @@ def test_running_jobs_flattened_across_cycles_match_a_fresh_flattening(
         )
 
 
+timeline_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "ask"]),
+        st.sampled_from(["r0", "r3", "new1", "new2", "new3"]),  # r0, r3 run (if placed)
+        st.integers(0, 7),
+        st.integers(0, 3),
+        st.integers(0, 5000),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(timeline_ops)
+def test_a_timeline_changed_as_it_is_asked_answers_as_one_built_afresh(
+    ops: list[tuple[str, str, int, int, int]],
+) -> None:
+    # Holders change between questions, as a cycle's starts and preemptions change them:
+    # a fresh timeline given the same changes at once answers the same.
+    snap = busy_snapshot(5, 0)
+    requests = [qjob("q").gpus(1).job().request, qjob("q").gpus(4).job().request]
+    kept = Timeline(snap.state, snap.now, 60, snap.running, RunningEvents())
+    done: list[tuple[str, str, int, int, int]] = []
+    for op in [*ops, ("ask", "", 0, 0, 0)]:
+        if op[0] == "ask":
+            fresh = Timeline(snap.state, snap.now, 60, snap.running)
+            for kind, key, n, gpus, end in done:
+                if kind == "add":
+                    fresh.add(key, [Assignment(n, tuple(range(gpus)), 1000)], end)
+                else:
+                    fresh.remove(key)
+            for r in requests:
+                assert kept.node_times(r).tolist() == fresh.node_times(r).tolist()
+            continue
+        kind, key, n, gpus, end = op
+        if kind == "add":
+            kept.add(key, [Assignment(n, tuple(range(gpus)), 1000)], end)
+        else:
+            kept.remove(key)
+        done.append(op)
+
+
 def greedy(tag: str, count: int) -> list[QueuedJobBuilder]:
     """Jobs a QoS limit keeps pending (2 GPUs under a 1-GPU cap): a run that changes nothing."""
     return [qjob(f"{tag}{i:02d}").gpus(2).qos("capped").submit(10) for i in range(count)]

@@ -344,8 +344,20 @@ class Timeline:
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
-        self._added[key] = (end, tuple(assignments))
+        held = (end, tuple(assignments))
+        holders = self._holders
+        if holders is not None and (key in self._added or self._running_holds(key)):
+            holders = None  # what it held goes: flatten afresh
+        self._added[key] = held
         self._changed()
+        if holders is not None:  # a key that held nothing (a cycle's start) adds its entries
+            self._holders = holders.merged(_Flat.of([held]))
+
+    def _running_holds(self, key: str) -> bool:
+        """Whether a running job of id ``key`` is among the holders ``_flat`` found."""
+        if key in self._removed or self._rows is None:
+            return False
+        return bool(np.isin(self._flattened.rows_of([key]), self._rows).any())
 
     def remove(self, key: str) -> None:
         """``key`` no longer holds anything (it was preempted or finished)."""
@@ -363,7 +375,9 @@ class Timeline:
         """Every holder's assignments and end, as flat arrays in order of their ends."""
         if self._holders is None:
             table = self._flattened
-            rows = table.rows(self._running) if self._rows is None else self._rows
+            if self._rows is None:
+                self._rows = table.rows(self._running)
+            rows = self._rows
             running = table.live(rows)
             gone = self._removed | self._added.keys()
             if gone:
@@ -408,20 +422,29 @@ class Timeline:
         return self._node_times(r, ev)
 
     def _node_times(self, r: Request, ev: _Events) -> IntArray:
-        st, now = self.state, self.now
-        t = np.where(st.healthy, now, NEVER)
-        t = np.maximum(t, ev.cpu.first(st.cpu_free, r.cpu_milli, now))
-        t = np.maximum(t, ev.mem.first(st.mem_free, r.memory_mib, now))
-        if r.gpu_count:
-            gpu_t = np.maximum(
-                ev.milli.first(st.gpu_milli_free.ravel(), r.milli_per_gpu, now),
-                ev.gmem.first(st.gpu_mem_free.ravel(), r.gpu_memory_mib, now),
-            ).reshape(st.gpu_milli_free.shape)
-            gpu_t = np.where(static_gpu_ok(st, r), gpu_t, NEVER)
-            k = r.gpu_count
-            if k > gpu_t.shape[1]:
-                return np.full(st.num_nodes, NEVER, dtype=np.int64)
-            t = np.maximum(t, np.partition(gpu_t, k - 1, axis=1)[:, k - 1])
+        st = self.state
+        need = np.array(
+            [r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib],
+            dtype=np.int64,
+        )
+        t: IntArray = _task_times(
+            st.healthy,
+            st.cpu_free,
+            st.mem_free,
+            st.gpu_milli_free,
+            st.gpu_mem_free,
+            static_gpu_ok(st, r),
+            ev.cpu.slot,
+            ev.cpu.time,
+            ev.cpu.amount,
+            ev.mem.amount,
+            ev.milli.slot,
+            ev.milli.time,
+            ev.milli.amount,
+            ev.gmem.amount,
+            need,
+            self.now,
+        )
         if r.mig_profile:
             t = np.maximum(t, self._mig_times(r, ev))
         return t
@@ -599,6 +622,66 @@ def _first(
             released[s] += amount[i]
             if free[s] + released[s] >= need:
                 out[s] = time[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _first_both(
+    slot: IntArray,
+    time: IntArray,
+    amount_a: IntArray,
+    amount_b: IntArray,
+    free_a: IntArray,
+    free_b: IntArray,
+    need_a: int,
+    need_b: int,
+    now: int,
+) -> IntArray:
+    """Per slot, the later of ``_first`` over two amounts the same events release."""
+    a = _first(slot, time, amount_a, free_a, need_a, now)
+    b = _first(slot, time, amount_b, free_b, need_b, now)
+    return np.maximum(a, b)
+
+
+@njit(cache=True, nogil=True)
+def _task_times(
+    healthy: BoolArray,
+    cpu_free: IntArray,
+    mem_free: IntArray,
+    milli_free: IntArray,
+    gmem_free: IntArray,
+    gpu_ok: BoolArray,
+    node: IntArray,
+    end: IntArray,
+    cpu: IntArray,
+    mem: IntArray,
+    slot: IntArray,
+    g_end: IntArray,
+    milli: IntArray,
+    gmem: IntArray,
+    need: IntArray,
+    now: int,
+) -> IntArray:
+    """``Timeline._node_times`` but MIG, in one pass: per node, the first time one task
+    (``need``: CPU, memory, GPUs, milli-GPU and GPU memory per GPU) fits there."""
+    nodes, width = milli_free.shape
+    out = np.full(nodes, NEVER, dtype=np.int64)
+    k = need[2]
+    if k > width:
+        return out
+    t = _first_both(node, end, cpu, mem, cpu_free, mem_free, need[0], need[1], now)
+    for v in range(nodes):
+        if healthy[v]:
+            out[v] = max(now, t[v])
+    if k:
+        free_m, free_g = milli_free.ravel(), gmem_free.ravel()
+        gpu_t = _first_both(slot, g_end, milli, gmem, free_m, free_g, need[3], need[4], now)
+        row = np.empty(width, dtype=np.int64)
+        for v in range(nodes):
+            for j in range(width):
+                row[j] = gpu_t[v * width + j] if gpu_ok[v, j] else NEVER
+            row.sort()
+            out[v] = max(out[v], row[k - 1])
     return out
 
 
