@@ -123,7 +123,7 @@ def mean_wait(nodes: list[Node], jobs: list[TraceJob], policy: dict[str, Any]) -
     result = replay(nodes, jobs, profile_from_dict(policy, "mig"))
     if any(r.first_start < 0 for r in result.jobs):
         return float("inf"), result.reconfigurations
-    waits = [r.first_start - r.trace.submit_time for r in result.jobs]
+    waits = [r.first_start - r.submit_time for r in result.jobs]
     return float(np.mean(waits)), result.reconfigurations
 
 

@@ -118,3 +118,17 @@ def test_a_replay_where_every_job_ran_does_not_warn(capsys: pytest.CaptureFixtur
     captured = capsys.readouterr()
     assert captured.err == ""
     assert "n/a" not in captured.out
+
+
+def test_warning_names_jobs_never_submitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "chain.csv"
+    path.write_text("id,submit_time,duration_s,gpus,after\nbig,0,100,100000,\nfix,0,10,1,big\n")
+    assert main(run("--trace", f"generic:{path}", "--json")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.splitlines()[-1])["unsubmitted"] == 1
+    assert (
+        "2 of 2 jobs never started (1 fit no node of the cluster, "
+        "1 never submitted: the job they follow never ended)" in captured.err
+    )

@@ -178,10 +178,11 @@ def _never_ran_warning(results: Sequence[SimResult]) -> str | None:
         idle = never_started(r)
         if idle:
             unschedulable = sum(1 for j in r.jobs if j.state == "unschedulable")
-            parts.append(
-                f"{r.profile}: {idle} of {len(r.jobs)} jobs never started "
-                f"({unschedulable} fit no node of the cluster)"
-            )
+            unsubmitted = sum(1 for j in r.jobs if j.state == "unsubmitted")
+            why = f"{unschedulable} fit no node of the cluster"
+            if unsubmitted:
+                why += f", {unsubmitted} never submitted: the job they follow never ended"
+            parts.append(f"{r.profile}: {idle} of {len(r.jobs)} jobs never started ({why})")
     return "warning: " + "; ".join(parts) if parts else None
 
 

@@ -16,6 +16,15 @@ the user to the account. A job without a time limit gets its duration rounded up
 ``limit_round_s`` (an hour by default: users ask for round numbers), or
 exactly its duration with ``oracle_limits`` (what SJF-with-an-oracle needs).
 
+**Closed-loop arrivals** (``TraceJob.after``, after Zakay and Feitelson,
+MASCOTS 2014): a job that follows another of the trace arrives at the later
+of its submit time and that job's end plus its ``think_s``, so a user's
+next job waits for what the last one showed them, however long the
+scheduler made it wait. Its wait and JCT count from that arrival
+(``JobRecord.submit_time``). A job that follows one that never ends (it
+fits no node, or the replay stops first) is never submitted: its state is
+``"unsubmitted"``. The references are checked first (``follow_problems``).
+
 **Events**: arrival, end of a run, checkpoint, the end of a preemption's
 grace time (then requeue or cancel), node failure and repair (``sim.faults``),
 and reservation start and end. A cycle runs after every instant with an
@@ -67,7 +76,7 @@ from __future__ import annotations
 import time as wallclock
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -91,7 +100,7 @@ from gpufleet.policies.windows import WindowSwitch
 from gpufleet.sim.autoscale import SimProvider
 from gpufleet.sim.events import Event, EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
-from gpufleet.sim.traces.record import TraceJob
+from gpufleet.sim.traces.record import TraceJob, follow_problems
 
 PREEMPTIBLE_QOS = "preemptible"
 """The QoS of preemptible trace jobs; the others' QoS is their priority class."""
@@ -199,7 +208,10 @@ class JobRecord:
 
     ``state`` is a ``JobState`` value, or ``"timeout"`` for a job whose run
     reached its time limit, or ``"unschedulable"`` for one that fits no node
-    of the cluster even when idle. GPU-second counters are in GPU-seconds.
+    of the cluster even when idle, or ``"unsubmitted"`` for one that follows
+    a job that never ended. ``submit_time`` is when it was submitted: the
+    trace's, or for a follower the time its predecessor's end set (until that
+    end, the trace's). GPU-second counters are in GPU-seconds.
     ``assignments`` is where the current run holds resources (empty between
     runs); ``last_assignments`` where the latest run was placed, kept after it.
     """
@@ -208,6 +220,7 @@ class JobRecord:
     job: Job
     gpus: float
     remaining: int
+    submit_time: int
     state: str = JobState.PENDING.value
     run: int = 0
     run_start: int = -1
@@ -353,6 +366,7 @@ class Simulation:
         self.fairshare = fairshare
         self.progress = progress
         self.records: dict[str, JobRecord] = {}
+        self.followers: defaultdict[str, list[str]] = defaultdict(list)  # by the job they follow
         self.now = 0
         self.done = 0
         self._build_records(every, jobs, reservations)
@@ -414,7 +428,7 @@ class Simulation:
             if t.id in self.records:
                 raise ValueError(f"job {t.id}: id appears twice in the trace")
             job = to_job(t, self.config, self.qos)
-            rec = JobRecord(t, job, job.gpu_milli / MILLI, t.duration_s)
+            rec = JobRecord(t, job, job.gpu_milli / MILLI, t.duration_s, t.submit_time)
             r = t.request
             if r not in fits:
                 fits[r] = placer.fits_empty(idle, r) or (
@@ -425,12 +439,33 @@ class Simulation:
             if not fits[t.request]:
                 rec.state = "unschedulable"
                 self.done += 1
-            else:
+            elif t.after is None:
                 self.queue.push(t.submit_time, Kind.ARRIVAL, t.id)
             self.records[t.id] = rec
+        self._link_followers()
         for res in reservations:
             self.queue.push(res.start, Kind.RESERVATION)
             self.queue.push(res.end, Kind.RESERVATION)
+
+    def _link_followers(self) -> None:
+        """Index followers by the job they follow; those of a job that never runs, and
+        theirs, are never submitted. ValueError names a job whose ``after`` is wrong."""
+        traces = [r.trace for r in self.records.values()]
+        problems = follow_problems(traces)
+        if problems:
+            i, reason = problems[0]
+            raise ValueError(f"job {traces[i].id}: after: {reason}")
+        for t in traces:
+            if t.after is not None:
+                self.followers[t.after].append(t.id)
+        never = [t.id for t in traces if self.records[t.id].state == "unschedulable"]
+        while never:
+            for job_id in self.followers[never.pop()]:
+                rec = self.records[job_id]
+                if rec.state == JobState.PENDING.value:
+                    rec.state = "unsubmitted"
+                    self.done += 1
+                    never.append(job_id)
 
     def _build_ledger(
         self, shares: dict[str, float], associations: tuple[Sequence[Account], Sequence[User]]
@@ -512,10 +547,16 @@ class Simulation:
                 self.progress(self.done, total)
             if self._stalled():
                 break
+        for r in self.records.values():
+            after = r.trace.after
+            if after is None or r.state != JobState.PENDING.value:
+                continue
+            if self.records[after].end < 0:  # it still waits for a job that never ended
+                r.state = "unsubmitted"
         end = max((r.end for r in self.records.values() if r.end >= 0), default=self.now)
         self._advance(max(end, self.now))
         self._sample(force=True)
-        start = min((r.trace.submit_time for r in self.records.values()), default=0)
+        start = min((r.submit_time for r in self.records.values()), default=0)
         fleet = self.fleet
         return SimResult(
             fleet=None
@@ -750,11 +791,23 @@ class Simulation:
             rec.saved_gpu_s = 0.0
         rec.remaining = max(0, rec.remaining - elapsed)
         self.done += 1
+        self._release(rec)
         if self.estimates is not None:  # learnt now, when the job is known to be over
             # A run the trace says failed fails when it reaches its end (not its limit).
             failed = rec.trace.failed and not rec.remaining
             ran = rec.trace.duration_s - rec.remaining
             self.estimates.finished(rec.job, rec.name, ran, failed=failed)
+
+    def _release(self, rec: JobRecord) -> None:
+        """The job has ended: its followers are submitted after their think time."""
+        for job_id in self.followers[rec.job.id]:
+            follower = self.records[job_id]
+            if follower.state != JobState.PENDING.value:
+                continue  # it fits no node
+            at = max(follower.trace.submit_time, self.now + follower.trace.think_s)
+            follower.submit_time = at
+            follower.job = replace(follower.job, submit_time=at)
+            self.queue.push(at, Kind.ARRIVAL, job_id)
 
     def _stopped(self, rec: JobRecord, end: RunEnd, *, cause: str) -> None:
         """A run ended early (preemption or failure): keep the checkpointed work."""
@@ -773,6 +826,7 @@ class Simulation:
             rec.lost_other_gpu_s += rec.saved_gpu_s
             rec.saved_gpu_s = 0.0
             self.done += 1
+            self._release(rec)
             return
         rec.state = JobState.PENDING.value
         rec.requeues += 1

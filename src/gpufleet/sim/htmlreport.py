@@ -90,7 +90,7 @@ def _wait_by_size(ax: Any, results: Sequence[SimResult]) -> None:
         means = []
         for lo, hi, _ in SIZE_BUCKETS:
             waits = [
-                j.first_start - j.trace.submit_time
+                j.first_start - j.submit_time
                 for j in r.jobs
                 if lo <= j.gpus < hi and j.first_start >= 0
             ]

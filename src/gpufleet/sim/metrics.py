@@ -1,6 +1,8 @@
 """What a replay measured: job completion, waiting, utilisation, fragmentation, fairness.
 
-Definitions (times in seconds; a job's *runtime* is its trace duration):
+Definitions (times in seconds; a job's *runtime* is its trace duration; its
+*submit* is when the replay submitted it, for a job that follows another
+(``TraceJob.after``) later than the trace says; ``JobRecord.submit_time``):
 
 * **JCT** (job completion time): end - submit, over completed jobs; mean,
   p50, p95 and p99 (numpy's linear interpolation).
@@ -52,6 +54,8 @@ from gpufleet.sim.driver import JobRecord, SimResult
 SLOWDOWN_BOUND_S = 10
 GROUPS = ("user", "account", "qos", "partition")
 COMPLETED = JobState.COMPLETED.value
+NEVER_QUEUED = frozenset({"unschedulable", "unsubmitted"})
+"""Final states of jobs that never waited: they fit no node, or what they follow never ended."""
 
 JOB_COLUMNS = (
     "id", "user", "account", "qos", "partition", "gpus", "submit", "first_start", "end",
@@ -80,7 +84,7 @@ def _stats(values: Sequence[float], prefix: str) -> dict[str, float | None]:
 
 
 def jct(r: JobRecord) -> int:
-    return r.end - r.trace.submit_time
+    return r.end - r.submit_time
 
 
 def slowdown(r: JobRecord) -> float:
@@ -120,7 +124,7 @@ def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float | None]:
     done = [r for r in jobs if r.state == COMPLETED]
     started = [r for r in jobs if r.first_start >= 0]
     out = _stats([jct(r) for r in done], "jct")
-    out.update(_stats([r.first_start - r.trace.submit_time for r in started], "queue"))
+    out.update(_stats([r.first_start - r.submit_time for r in started], "queue"))
     out["slowdown_mean"] = float(np.mean([slowdown(r) for r in done])) if done else None
     return out
 
@@ -128,9 +132,9 @@ def _job_stats(jobs: Sequence[JobRecord]) -> dict[str, float | None]:
 def busy_seconds(result: SimResult) -> int:
     """Seconds during which some schedulable job waited or ran: the union of [submit, end]."""
     spans = sorted(
-        (r.trace.submit_time, r.end if r.end >= 0 else result.end)
+        (r.submit_time, r.end if r.end >= 0 else result.end)
         for r in result.jobs
-        if r.state != "unschedulable"
+        if r.state not in NEVER_QUEUED
     )
     busy, reach = 0, spans[0][0] if spans else 0
     for lo, hi in spans:
@@ -142,7 +146,8 @@ def busy_seconds(result: SimResult) -> int:
 
 
 def never_started(result: SimResult) -> int:
-    """Jobs that never started: unschedulable, or still waiting or cancelled at the end."""
+    """Jobs that never started: unschedulable, unsubmitted, or still waiting or cancelled at
+    the end."""
     return sum(1 for r in result.jobs if r.first_start < 0)
 
 
@@ -166,7 +171,8 @@ def account_shares(result: SimResult) -> dict[str, tuple[float, float]]:
 
 
 def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]:
-    """The headline numbers of one replay (see the module docstring)."""
+    """The headline numbers of one replay (see the module docstring); for a trace whose
+    jobs follow others, also ``unsubmitted``: those never submitted (``sim.driver``)."""
     jobs = result.jobs
     states = defaultdict(int, {s: 0 for s in (COMPLETED, "timeout", "cancelled")})
     for r in jobs:
@@ -174,12 +180,11 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
     span = max(0, result.end - result.start)
     busy = busy_seconds(result)
     cap = result.capacity_milli
-    runnable = [r for r in jobs if r.state != "unschedulable"]
+    runnable = [r for r in jobs if r.state not in NEVER_QUEUED]
     met = sum(
         1
         for r in runnable
-        if r.state == COMPLETED
-        and r.end <= r.trace.submit_time + deadline_factor * r.trace.duration_s
+        if r.state == COMPLETED and r.end <= r.submit_time + deadline_factor * r.trace.duration_s
     )
     # Over an idle cluster, fragmentation and fairness measure nothing.
     ran = any(r.first_start >= 0 for r in jobs)
@@ -194,6 +199,8 @@ def summarize(result: SimResult, deadline_factor: float = 2.0) -> dict[str, Any]
         "unschedulable": states["unschedulable"],
         "unfinished": states["pending"] + states["running"],
     }
+    if any(r.trace.after is not None for r in jobs):  # a closed-loop trace
+        summary["unsubmitted"] = states["unsubmitted"]
     summary.update(_job_stats(jobs))
     summary.update(
         makespan_s=span,
@@ -264,10 +271,10 @@ def job_rows(result: SimResult) -> list[tuple[object, ...]]:
         j, t = r.job, r.trace
         rows.append(
             (
-                j.id, j.user, j.account, j.qos, j.partition, round(r.gpus, 3), t.submit_time,
+                j.id, j.user, j.account, j.qos, j.partition, round(r.gpus, 3), r.submit_time,
                 r.first_start, r.end, t.duration_s, r.state,
                 jct(r) if r.end >= 0 else -1,
-                r.first_start - t.submit_time if r.first_start >= 0 else -1,
+                r.first_start - r.submit_time if r.first_start >= 0 else -1,
                 r.preemptions, r.failures, r.requeues,
                 round(r.allocated_gpu_s, 3), round(lost_gpu_s(r), 3),
             )

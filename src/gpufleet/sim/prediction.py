@@ -20,7 +20,7 @@ def prediction_error(result: SimResult, buckets: int = 10) -> dict[str, Any]:
     """
     outcomes = [
         figures.Outcome(
-            r.trace.submit_time,
+            r.submit_time,
             r.predicted_s,
             min(r.trace.duration_s, r.job.time_limit_s),
             r.job.time_limit_s,

@@ -27,6 +27,8 @@ field                       meaning
 ``preemptible``             true/false, yes/no or 1/0 (default false)
 ``priority_class``          high, normal or low (default normal)
 ``checkpoint_interval_s``   seconds between checkpoints (empty: none)
+``after``                   id of the job this one follows (empty: none)
+``think_s``                 seconds after that job's end it is submitted
 ==========================  ==========================================
 
 A column no field takes is kept in the job's ``labels``. One that looks like
@@ -57,7 +59,7 @@ from gpufleet.core.mig import PROFILES
 from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.sim.openb import TraceError, open_text
 from gpufleet.sim.traces.fields import TraceProblems, count, seconds
-from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
+from gpufleet.sim.traces.record import TraceJob, by_submit, follow_problems, whole_gpus
 
 TIMES = ("submit_time", "start_time", "end_time")
 FIELDS = (
@@ -82,6 +84,8 @@ FIELDS = (
     "preemptible",
     "priority_class",
     "checkpoint_interval_s",
+    "after",
+    "think_s",
 )
 DurationUnit = Literal["s", "ms", "min", "h", "d"]
 MemoryUnit = Literal["B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB"]
@@ -109,6 +113,7 @@ class Units(BaseModel):
     duration_s: DurationUnit = "s"
     time_limit_s: DurationUnit = "s"
     checkpoint_interval_s: DurationUnit = "s"
+    think_s: DurationUnit = "s"
     memory_mib: MemoryUnit = "MiB"
     cpu_milli: CpuUnit = "milli"
     gpus: Literal["count", "percent"] = "count"
@@ -335,6 +340,7 @@ class _Reader:
         mig_count = r.count("mig_count", 1 if profile else 0)
         time_limit = r.seconds("time_limit_s", minimum=1)
         checkpoint = r.seconds("checkpoint_interval_s", minimum=1)
+        think = r.seconds("think_s", minimum=0)
         gpu_milli = r.count("gpu_milli", gpu_milli)
         if len(self.problems) > before or submit is None or duration is None:
             return None
@@ -369,6 +375,8 @@ class _Reader:
                 priority_class=r.text("priority_class") or "normal",
                 checkpoint_interval_s=checkpoint,
                 labels=labels,
+                after=r.text("after") or None,
+                think_s=think or 0,
             )
         except InvalidSpec as e:
             field = {"request": "gpus"}.get(e.field, e.field.removeprefix("request."))
@@ -381,7 +389,7 @@ class _Reader:
         o = self.options
         origin = o.origin if o.origin is not None else "first" if o.time == "iso" else 0.0
         zero = min(p.submit for p in parsed) if origin == "first" else float(origin)
-        jobs = []
+        jobs, lines = [], []
         for p in parsed:
             submit = round(p.submit - zero)
             if submit < 0:
@@ -390,8 +398,12 @@ class _Reader:
                 continue
             try:
                 jobs.append(TraceJob(submit_time=submit, **p.fields))
+                lines.append(p.line)
             except InvalidSpec as e:
                 self.problems.add(TraceError(self.path, p.line, o.column(e.field), e.reason))
+        # A reference to a row with problems of its own would only repeat them.
+        for i, reason in [] if self.problems else follow_problems(jobs):
+            self.problems.add(TraceError(self.path, lines[i], o.column("after"), reason))
         return jobs
 
 

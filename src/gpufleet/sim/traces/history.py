@@ -7,8 +7,12 @@ with the ``Request`` fields (``gpu_models`` as a list)::
      "request": {"gpus": 4, "cpu_milli": 8000, "memory_mib": 65536, "nodes": 1},
      "user": "ana", "account": "vision", "qos": "normal", "partition": "gpu",
      "time_limit_s": 7200, "preemptible": false, "priority_class": "normal",
-     "checkpoint_interval_s": null, "labels": {"vc": "6c71a0"}}
+     "checkpoint_interval_s": null, "labels": {"vc": "6c71a0"},
+     "after": null, "think_s": 0}
 
+``after`` and ``think_s`` make a job follow another of the file (its id),
+submitted ``think_s`` after that one ends (``TraceJob``); a name of no job
+of the file, or a cycle, is an error on the follower's line.
 ``dump_history`` writes every field; a reader accepts any omitted optional
 field as its default. Unknown keys are errors, so a misspelt field is never
 silently dropped. Blank lines are skipped.
@@ -25,7 +29,7 @@ from typing import Any
 from gpufleet.core.model import Request
 from gpufleet.sim.openb import TraceError, open_text
 from gpufleet.sim.traces.fields import located
-from gpufleet.sim.traces.record import TraceJob, by_submit
+from gpufleet.sim.traces.record import TraceJob, by_submit, follow_problems
 
 _NULL = type(None)
 _JOB_TYPES: dict[str, tuple[type, ...]] = {
@@ -42,6 +46,8 @@ _JOB_TYPES: dict[str, tuple[type, ...]] = {
     "priority_class": (str,),
     "checkpoint_interval_s": (int, _NULL),
     "labels": (dict,),
+    "after": (str, _NULL),
+    "think_s": (int,),
 }
 _REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     f.name: (str,) if f.name == "mig_profile" else (list,) if f.name == "gpu_models" else (int,)
@@ -64,13 +70,18 @@ def dump_history(path: Path | str, jobs: Iterable[TraceJob]) -> None:
 def load_history(path: Path | str) -> list[TraceJob]:
     """Jobs of a history file, by submit time. TraceError names the line and field."""
     path = Path(path)
-    jobs = []
+    jobs, lines = [], []
     with open_text(path) as handle:
         for line, text in enumerate(handle, start=1):
             if text.strip():
                 jobs.append(_job(path, line, text))
+                lines.append(line)
     if not jobs:
         raise TraceError(path, None, None, "holds no jobs")
+    problems = follow_problems(jobs)
+    if problems:
+        i, reason = problems[0]
+        raise TraceError(path, lines[i], "after", reason)
     return by_submit(jobs)
 
 

@@ -7,7 +7,7 @@ own job type. Times are whole seconds from the trace's origin.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.core.model import InvalidSpec, Request
@@ -30,6 +30,13 @@ class TraceJob:
     the work lost when the job is preempted or its node fails. ``labels``
     keeps what else the trace says about the job (a column no field takes,
     a GPU type), for reports and for policies that read it.
+
+    ``after`` names the job of the same trace this one follows (None: none):
+    its user submits it only once that job has ended, ``think_s`` seconds
+    later, and never if that job never runs (closed-loop replay, after
+    Zakay and Feitelson, MASCOTS 2014). ``submit_time`` is then the earliest
+    it is submitted; the replay submits it at the later of the two.
+    ``follow_problems`` checks that the jobs named exist and form no cycle.
     """
 
     id: str
@@ -45,6 +52,8 @@ class TraceJob:
     priority_class: str = "normal"
     checkpoint_interval_s: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    after: str | None = None
+    think_s: int = 0
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -62,6 +71,14 @@ class TraceJob:
             raise InvalidSpec(
                 "priority_class", f"must be one of {known}, got {self.priority_class!r}"
             )
+        if self.after is not None and not self.after:
+            raise InvalidSpec("after", "must not be empty (absent: it follows no job)")
+        if self.after == self.id:
+            raise InvalidSpec("after", f"names the job itself ({self.id!r})")
+        if self.think_s < 0:
+            raise InvalidSpec("think_s", f"must be zero or more, got {self.think_s}")
+        if self.think_s and self.after is None:
+            raise InvalidSpec("think_s", "needs after: the time counts from that job's end")
 
     @property
     def failed(self) -> bool:
@@ -73,6 +90,37 @@ class TraceJob:
     def gpu_seconds(self) -> float:
         """GPU-seconds the job consumes when it runs to completion (fractions count)."""
         return self.request.total_gpu_milli * self.duration_s / 1000
+
+
+def follow_problems(jobs: Sequence[TraceJob]) -> list[tuple[int, str]]:
+    """What is wrong with the jobs' ``after`` references: (index in ``jobs``, reason),
+    by index. A job may name only a job of ``jobs``, and following the names from
+    any job must not come back to it (each job on a cycle is listed)."""
+    index = {job.id: i for i, job in enumerate(jobs)}
+    problems: dict[int, str] = {}
+    seen = [False] * len(jobs)
+    for start in range(len(jobs)):
+        path: list[int] = []
+        on_path: dict[int, int] = {}  # index -> position in path
+        i: int | None = start
+        while i is not None and not seen[i]:
+            seen[i] = True
+            on_path[i] = len(path)
+            path.append(i)
+            after = jobs[i].after
+            if after is None:
+                i = None
+            elif after not in index:
+                problems[i] = f"no job {after!r} in the trace"
+                i = None
+            else:
+                i = index[after]
+        if i is not None and i in on_path:
+            cycle = path[on_path[i] :]
+            names = " -> ".join(jobs[k].id for k in [*cycle, cycle[0]])
+            for k in cycle:
+                problems[k] = f"a cycle: {names}"
+    return sorted(problems.items())
 
 
 def whole_gpus(
