@@ -105,8 +105,65 @@ def test_the_files_load_and_unmodelled_settings_are_named(imported: tuple[Path, 
     assert profile.policy.accounts.use_parent[profile.policy.accounts.user("vision", "svc-vision")]
     warning = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1
-    for name in ("AccountingStorageEnforce", "SelectTypeParameters", "TRESBillingWeights=CPU"):
+    for name in ("AccountingStorageEnforce", "TRESBillingWeights=CPU"):
         assert name in warning[0]
+    assert "SelectTypeParameters" not in warning[0]  # CR_Core_Memory: what gpufleet counts
+
+
+# select settings -> the placement plugin and the will-run's node choice, and what is named
+@pytest.mark.parametrize(
+    ("conf", "placement", "will_run", "named"),
+    [
+        (
+            "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory",
+            "cons-tres",
+            "consecutive",
+            None,
+        ),
+        ("", "cons-tres", "consecutive", None),  # cons_tres is Slurm's default
+        (
+            "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core,CR_LLN",
+            "best-fit",
+            "best-fit",
+            "SelectTypeParameters=CR_LLN",
+        ),
+        (
+            "SelectType=select/cons_tres\nTopologyPlugin=topology/tree",
+            "best-fit",
+            "best-fit",
+            "TopologyPlugin=topology/tree",
+        ),
+        ("SelectType=select/linear", "best-fit", "best-fit", "SelectType=select/linear"),
+        (
+            "SelectTypeParameters=CR_Core,CR_Pack_Nodes",
+            "cons-tres",
+            "consecutive",
+            "SelectTypeParameters=CR_Pack_Nodes",
+        ),
+    ],
+)
+def test_slurms_node_choice_is_imported_where_modelled(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    conf: str,
+    placement: str,
+    will_run: str,
+    named: str | None,
+) -> None:
+    path = tmp_path / "slurm.conf"
+    nodes = "NodeName=n[1-2] CPUs=8 Gres=gpu:h100:8"
+    path.write_text(f"{conf}\nSchedulerType=sched/backfill\n{nodes}\n")
+    status, _, err = run([str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0, err
+    policy = tomllib.loads((tmp_path / "out" / "policy.toml").read_text())
+    assert (policy["placement"]["plugin"], policy["backfill"]["will_run_nodes"]) == (
+        placement,
+        will_run,
+    )
+    if named is None:
+        assert "Select" not in err and "Topology" not in err, err
+    else:
+        assert named in err
 
 
 @pytest.mark.parametrize(

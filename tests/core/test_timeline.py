@@ -146,6 +146,20 @@ def test_the_batches_skip_jobs_on_nodes_a_hold_keeps() -> None:
     assert planned is not None and (planned.start, planned.nodes.tolist()) == (hms("48:10"), [1])
 
 
+def test_a_gang_is_planned_on_the_nodes_cons_tres_picks() -> None:
+    # n0 is free now, n3 and n4 empty at 50:00, n1 and n2 at 55:00: a 2 x 8-GPU gang
+    # starts at 50:00 either way. Best fit takes the first free nodes, n0 and n3;
+    # cons_tres the run of adjacent nodes that holds it, n3 and n4, leaving n0 to
+    # a job that can backfill there (as Slurm ran the sixth job after n006 freed).
+    jobs = [(1, 8, "55:00"), (2, 8, "55:00"), (3, 8, "50:00"), (4, 8, "50:00")]
+    gang = job().gpus(8).gang(2).build()
+    for will_run, expected in ((SLURM, [0, 3]), (WillRun(consecutive=True), [3, 4])):
+        tl, n = running_at(5, jobs, will_run)
+        planned = tl.earliest(gang, np.ones(n, np.bool_), 300, Blocks.none(n))
+        assert planned is not None
+        assert (planned.start, planned.nodes.tolist()) == (hms("50:00"), expected)
+
+
 # -- properties -------------------------------------------------------------------------
 
 

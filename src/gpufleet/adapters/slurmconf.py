@@ -57,6 +57,11 @@ _PRIORITY_WEIGHTS = {
     "priorityweightqos": "weight_qos",
     "priorityweightassoc": "weight_assoc",
 }
+# SelectTypeParameters that only say which resources are consumable, as gpufleet
+# counts them anyway (CPUs, memory).
+_CONSUMABLE = frozenset(
+    f"CR_{unit}{memory}" for unit in ("CPU", "CORE", "SOCKET") for memory in ("", "_MEMORY")
+) | {"CR_MEMORY"}
 _SCHEDULER_KEYS = (
     "bf_interval",
     "bf_window",
@@ -183,6 +188,7 @@ class _Translator:
         self.models = dict(models)
         self.unmodelled: set[str] = set()
         self.settings: dict[str, tuple[int, str, str]] = {}  # lower key -> (line, Key, value)
+        self.nodes_rule = "best-fit"  # ``node_choice``
         self.node_lines: list[tuple[int, dict[str, str]]] = []
         self.partition_lines: list[tuple[int, dict[str, str]]] = []
         self.gpu_billing: dict[str, float] = {}  # catalog model ("*": any) -> weight
@@ -421,6 +427,26 @@ class _Translator:
                 self.note(f"PriorityFlags={flag}")
         return fs
 
+    def node_choice(self) -> str:
+        """How Slurm picks a job's nodes: ``"consecutive"`` (cons_tres and cons_res
+        without a topology plugin or least-loaded nodes: ``core.consecutive``), else
+        ``"best-fit"`` with the setting named as not modelled."""
+        kind = self.setting("SelectType")
+        params = self.setting("SelectTypeParameters")
+        topology = self.setting("TopologyPlugin")
+        choice = "consecutive"
+        if kind is not None and kind[2] not in ("select/cons_tres", "select/cons_res"):
+            self.note(f"SelectType={kind[2]}")
+            choice = "best-fit"
+        for flag in params[2].split(",") if params is not None else ():
+            if flag.upper() not in _CONSUMABLE:
+                self.note(f"SelectTypeParameters={flag}")
+                choice = "best-fit" if flag.upper() == "CR_LLN" else choice
+        if topology is not None and topology[2] not in ("topology/none", "topology/default"):
+            self.note(f"TopologyPlugin={topology[2]}")
+            choice = "best-fit"
+        return choice
+
     def backfill(self) -> dict[str, Any] | None:
         kind = self.setting("SchedulerType")
         params = self.setting("SchedulerParameters")
@@ -453,6 +479,7 @@ class _Translator:
         # Starts estimated as cons_tres's will-run test does: running jobs' ends in
         # batches 30 s wide, then doubling, or growing by bf_window_linear.
         bf["will_run_window_s"] = 30
+        bf["will_run_nodes"] = self.nodes_rule
         if "bf_window_linear" in values:
             bf["will_run_linear_s"] = _integer(
                 self.conf, line, "bf_window_linear", values["bf_window_linear"]
@@ -685,7 +712,9 @@ def import_slurm(
     groups, names = t.nodes(gres_types)
     if not groups:
         raise SlurmImportError(conf, None, "NodeName", "no node is defined")
-    policy: dict[str, Any] = {"ordering": t.ordering(), "placement": {"plugin": "best-fit"}}
+    t.nodes_rule = t.node_choice()
+    placement = "cons-tres" if t.nodes_rule == "consecutive" else "best-fit"
+    policy: dict[str, Any] = {"ordering": t.ordering(), "placement": {"plugin": placement}}
     backfill = t.backfill()
     if backfill is not None:
         policy["backfill"] = backfill

@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit
 
 from gpufleet.core.columns import Rows
+from gpufleet.core.consecutive import consecutive_nodes
 from gpufleet.core.fit import mig_instances, static_gpu_ok
 from gpufleet.core.job import RunningJob
 from gpufleet.core.model import MILLI, Request
@@ -272,6 +273,7 @@ class WillRun:
 
     window: int = 30
     linear: int = 0
+    consecutive: bool = False  # nodes picked as cons_tres does (``core.consecutive``)
 
     def batched(self, times: IntArray, now: int, ends: IntArray) -> IntArray:
         """``times`` after ``now`` moved to the last end of their batch; the batches are
@@ -514,6 +516,7 @@ class Timeline:
         before that start (more nodes then), try again from there.
         """
         k = r.nodes
+        consecutive = self.will_run is not None and self.will_run.consecutive
         while since <= horizon:
             seen = nodes & blocks.usable(since, length + 1)
             later = blocks.next_end(since, nodes)
@@ -529,9 +532,13 @@ class Timeline:
                     continue
                 if start > horizon:
                     return None
-                candidates = np.flatnonzero(t <= start)
-                fit = np.argsort(self._gpus_free(start, ev)[candidates], kind="stable")
-                chosen = candidates[fit[:k]]
+                if consecutive:
+                    free = self.state.cpu_free + ev.cpu.by(start)
+                    chosen = consecutive_nodes(t <= start, free, k, r.cpu_milli, self.state.removed)
+                else:
+                    candidates = np.flatnonzero(t <= start)
+                    fit = np.argsort(self._gpus_free(start, ev)[candidates], kind="stable")
+                    chosen = candidates[fit[:k]]
                 hold = self.hold(start, length)
                 if blocks.usable(hold[0], hold[1] - hold[0])[chosen].all():
                     return PlannedStart(start, np.sort(chosen), hold)
@@ -698,6 +705,14 @@ class _Releases:
         """Per slot, the first time ``free`` plus releases so far reaches ``need``."""
         free = free.astype(np.int64, copy=False)
         return _first(self.slot, self.time, self.amount, free, need, now)
+
+    def by(self, at: int) -> IntArray:
+        """Per slot, the amount released by ``at``."""
+        n = int(np.searchsorted(self.time, at, side="right"))
+        released: IntArray = np.bincount(
+            self.slot[:n], weights=self.amount[:n], minlength=self.slots
+        ).astype(np.int64)
+        return released
 
 
 def _job_id(r: RunningJob) -> str:

@@ -33,7 +33,9 @@ cycle backfills.
 Slurm's select plugin does (``core.timeline.WillRun``): running jobs' ends in
 batches, the first ``will_run_window_s`` wide (30 in Slurm), each later one
 twice as wide, or ``will_run_linear_s`` wider (bf_window_linear); the job is
-planned on the nodes that fit it best then.
+planned on the nodes that fit it best then (``will_run_nodes = "best-fit"``:
+the fewest free GPUs), or on those cons_tres picks (``"consecutive"``:
+``core.consecutive``, as the ``cons-tres`` placement does for starts now).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class BackfillArgs(BaseModel):
     interval_s: int = Field(default=0, ge=0)
     will_run_window_s: int = Field(default=0, ge=0)
     will_run_linear_s: int = Field(default=0, ge=0)
+    will_run_nodes: Literal["best-fit", "consecutive"] = "best-fit"
 
 
 class Backfill:
@@ -64,7 +67,8 @@ class Backfill:
         self.args = args or BackfillArgs()
         self.resolution = self.args.resolution_s
         window, linear = self.args.will_run_window_s, self.args.will_run_linear_s
-        self.will_run = WillRun(window, linear) if window else None
+        consecutive = self.args.will_run_nodes == "consecutive"
+        self.will_run = WillRun(window, linear, consecutive) if window else None
 
     def wants_planned_start(self, planned: int) -> bool:
         if self.args.mode == "conservative":

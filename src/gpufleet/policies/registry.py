@@ -17,6 +17,7 @@ from gpufleet.policies.placement.fit import (
     RandomArgs,
 )
 from gpufleet.policies.placement.share import SharePacking
+from gpufleet.policies.placement.slurm import ConsTres
 from gpufleet.policies.placement.topology import Topology, TopologyPicker, TopologyTier
 
 Builder = Callable[[Sequence[Request], int], PlacementProfile]
@@ -52,6 +53,7 @@ def _default(workload: Sequence[Request], seed: int) -> PlacementProfile:
 PLACEMENT: dict[str, Builder] = {
     "first-fit": lambda w, s: PlacementProfile("first-fit", [(FirstFit(), 1.0)]),
     "best-fit": lambda w, s: PlacementProfile("best-fit", [(BestFit(), 1.0)]),
+    "cons-tres": lambda w, s: PlacementProfile("cons-tres", [(ConsTres(), 1.0)]),
     "packing": lambda w, s: PlacementProfile(
         "packing", [(Allocation(AllocationArgs(strategy="most")), 1.0)]
     ),
