@@ -10,7 +10,9 @@ get for every job by setting none); five scripts per user, none longer than
 cluster whose queue builds up. Three jobs in ten are failed runs of
 debugging bursts (``fail_share``): before some runs of a script, its user
 submits it 1 to 3 times with a bug, with the same limit, and each such run
-ends within 10 minutes, as production GPU clusters' logs show::
+ends within 10 minutes, as production GPU clusters' logs show. A burst is
+closed-loop: each later run is submitted only once the run before it has
+ended, 1 to 20 minutes of think time later (``think_max_s``, log-uniform)::
 
     synthetic:n_jobs=800,seed=S,gpus_total=12,load=10,max_duration_s=14400,scripts=5,
               limit_overestimate_min=2,limit_overestimate=10,limit_habits=true,

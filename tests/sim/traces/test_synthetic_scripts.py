@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import pytest
 
 from gpufleet.sim.traces.record import TraceJob
 from gpufleet.sim.traces.synthetic import (
     LIMIT_LADDER_H,
     MODAL_LIMITS_H,
+    THINK_MIN_S,
     WorkloadShape,
     generate,
 )
@@ -194,22 +193,33 @@ def test_failed_runs_are_the_share_asked_and_end_early() -> None:
             assert j.duration_s <= 1.1 * DEBUGGING.fail_within_s + 1
 
 
-def test_a_burst_asks_what_the_fixed_run_asks_and_ends_as_it_is_submitted() -> None:
+def test_a_burst_is_closed_loop_and_asks_what_the_fixed_run_asks() -> None:
     jobs, failed = failed_runs(DEBUGGING)
-    runs: dict[tuple[str, str], list[tuple[TraceJob, bool]]] = {}
-    for j, f in zip(jobs, failed, strict=True):
-        runs.setdefault((j.user, j.labels["name"]), []).append((j, f))
-    bursts = same_request = 0
-    for own in runs.values():
-        last, fails = own[-1]  # a burst ends in a fixed run unless the trace ends first
-        assert not fails or last.submit_time >= jobs[-1].submit_time - 2 * DEBUGGING.fail_within_s
-        for (j, f), (after, _) in pairwise(own):
-            if f:
-                assert after.submit_time - j.submit_time <= 2 * 1.1 * DEBUGGING.fail_within_s + 1
-                bursts += 1
-                same_request += (j.time_limit_s, j.request) == (after.time_limit_s, after.request)
-    # but where another run of the script falls between a burst's runs
-    assert same_request / bursts > 0.9
+    position = {j.id: i for i, j in enumerate(jobs)}
+    followers = [j for j in jobs if j.after is not None]
+    assert followers  # about one job in three follows a failed run
+    for j in followers:
+        before = jobs[position[j.after]]
+        # The run before comes first in the trace, failed, from the same user and
+        # script, asking the same; the follower may go in from the same time.
+        assert position[j.after] < position[j.id] and before.labels["status"] == "Failed"
+        assert (before.user, before.labels["name"]) == (j.user, j.labels["name"])
+        assert (before.request, before.time_limit_s) == (j.request, j.time_limit_s)
+        assert before.submit_time == j.submit_time
+        assert THINK_MIN_S <= j.think_s <= DEBUGGING.think_max_s
+    # Every failed run is followed by the next run of its burst, unless the trace ends first.
+    followed = {j.after for j in followers}
+    unfollowed = [j for j, f in zip(jobs, failed, strict=True) if f and j.id not in followed]
+    assert all(j.submit_time == jobs[-1].submit_time for j in unfollowed)
+    assert len(followed) == len(followers)  # one follower each: a burst is a chain
+    # Think times spread log-uniformly over 1 to 20 minutes: the median near sqrt(60 x 1200).
+    think = sorted(j.think_s for j in followers)
+    assert 200 < think[len(think) // 2] < 330
+
+
+def test_without_bursts_no_job_follows_another() -> None:
+    jobs = generate(500, seed=5, gpus_total=64, shape=PER_JOB)
+    assert all(j.after is None and not j.think_s for j in jobs)
 
 
 def test_without_failed_runs_the_jobs_are_the_drawn_ones() -> None:

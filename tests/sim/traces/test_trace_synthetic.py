@@ -125,7 +125,8 @@ def test_options_text() -> None:
             "max_duration_s, users, accounts, user_skew, priority_mix, limit_overestimate, "
             "limit_overestimate_min, limit_habits, limit_per_user, limit_per_job, "
             "limit_fixed_share, limit_default_h, scripts, "
-            "script_jitter, fail_share, fail_burst, fail_within_s, checkpoint_interval_s, "
+            "script_jitter, fail_share, fail_burst, fail_within_s, think_max_s, "
+            "checkpoint_interval_s, "
             "checkpoint_share, cpu_milli_per_gpu, memory_mib_per_gpu, "
             "partition, mig_share, mig_profile, daily_swing, peak_hour)",
         ),

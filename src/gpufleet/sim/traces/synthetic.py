@@ -65,12 +65,19 @@ once with numpy (100,000 jobs take well under a second to draw):
   after a failure time drawn once per burst, uniform from 1 minute to
   ``fail_within_s`` (never longer than the fixed run), times 1 +-
   ``script_jitter`` per run: the same bug fails at about the same point.
-  The user resubmits after each failure plus as long again to fix it, so
-  the burst ends as the fixed run is submitted. Bursts precede a share of
-  the runs chosen so that failed runs are ``fail_share`` of the jobs;
-  arrivals are rescaled to keep ``load``, and the ``n_jobs`` first
-  submitted are kept. A failed run's ``labels["status"]`` is ``Failed``,
-  as PAI's trace says (for reports: no policy can know it at submission).
+  The burst is closed-loop (``TraceJob.after``): its first run arrives at
+  the drawn arrival time, and each later run, the fixed one last, follows
+  the run before it, submitted only once that one has ended and its user
+  has looked at the failure and fixed the code, a think time drawn
+  log-uniformly from ``THINK_MIN_S`` (1 minute) to ``think_max_s`` (20
+  minutes, the think time past which Zakay and Feitelson, JSSPP 2012, end a
+  user's session: a resubmission after longer is no longer the same sitting
+  of debugging). Its ``submit_time`` is the burst's first run's, the
+  earliest it can go in. Bursts precede a share of the runs chosen so that
+  failed runs are ``fail_share`` of the jobs; arrivals are rescaled to keep
+  ``load``, and the ``n_jobs`` first submitted are kept (a follower after
+  what it follows). A failed run's ``labels["status"]`` is ``Failed``, as
+  PAI's trace says (for reports: no policy can know it at submission).
 * **MIG** for ``mig_share`` of the jobs (0 by default): one instance of a
   profile drawn equally often from ``mig_profile`` (``|``-separated, such as
   ``1g.10gb|3g.40gb``) instead of the drawn size, counted in the offered load
@@ -100,6 +107,10 @@ few zeros would otherwise ask numpy for terabytes."""
 
 LIMIT_LADDER_H = (1, 2, 4, 8, 12, 24, 48, 72, 168)
 """The round time limits (hours) users with limit habits pick from."""
+
+THINK_MIN_S = 60
+"""The shortest think time before a debugging burst's next run: reading the error and
+resubmitting takes a minute at least."""
 
 MODAL_LIMITS_H = (0.25, 1, 4, 24)
 """The round limits (hours) below the partition's maximum that ``limit_per_job`` rounds up to."""
@@ -148,6 +159,7 @@ class WorkloadShape(BaseModel):
     fail_share: float = Field(0.0, ge=0, lt=1)
     fail_burst: int = Field(3, gt=0)
     fail_within_s: int = Field(600, ge=60)
+    think_max_s: int = Field(1200, ge=THINK_MIN_S)
     checkpoint_interval_s: int = Field(1800, gt=0)
     checkpoint_share: float = Field(0.5, ge=0, le=1)
     cpu_milli_per_gpu: int = Field(8000, ge=0)
@@ -281,10 +293,11 @@ def generate(
         rng.random(n_jobs) < shape.checkpoint_share
     )
     failed = np.zeros(n_jobs, dtype=np.bool_)
+    follows = np.full(n_jobs, -1, dtype=np.int64)
+    think = np.zeros(n_jobs, dtype=np.int64)
     if shape.fail_share:  # drawn only then, so the other workloads stay as they were
-        copies, submits, durations, checkpoints, failed = _debug_bursts(
-            rng, shape, n_jobs, gpus, submits, durations, checkpoints
-        )
+        bursts = _debug_bursts(rng, shape, n_jobs, gpus, submits, durations, checkpoints)
+        copies, submits, durations, checkpoints, failed, follows, think = bursts
         size_index, mig_pick, users, priority, limits, script = (
             column[copies] for column in (size_index, mig_pick, users, priority, limits, script)
         )
@@ -307,6 +320,8 @@ def generate(
         checkpoints.tolist(),
         script.tolist(),
         failed.tolist(),
+        follows.tolist(),
+        think.tolist(),
         strict=True,
     )
     return [
@@ -326,10 +341,12 @@ def generate(
             labels=({"name": f"script{k}"} | ({"status": "Failed"} if fails else {}))
             if k >= 0
             else {},
+            after=f"syn{previous:0{id_width}d}" if previous >= 0 else None,
+            think_s=pause,
         )
-        for i, (submit, duration, size, mig, user, cls, limit, checkpointed, k, fails) in (
-            enumerate(rows)
-        )
+        for i, (
+            submit, duration, size, mig, user, cls, limit, checkpointed, k, fails, previous, pause
+        ) in enumerate(rows)
     ]
 
 
@@ -452,6 +469,19 @@ def _habit_limits(
     return result
 
 
+Bursts = tuple[
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.bool_],
+    NDArray[np.bool_],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]
+"""Per kept job: the drawn job it copies, submit time, duration, whether it checkpoints,
+whether it is a failed run, the position of the job it follows (-1: none), think time."""
+
+
 def _debug_bursts(
     rng: np.random.Generator,
     shape: WorkloadShape,
@@ -460,14 +490,9 @@ def _debug_bursts(
     submits: NDArray[np.int64],
     durations: NDArray[np.int64],
     checkpoints: NDArray[np.bool_],
-) -> tuple[
-    NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_], NDArray[np.bool_]
-]:
-    """Failed runs before some jobs (see the module docstring), the ``n_jobs`` first submitted.
-
-    Returns, for each kept job by submit time, the drawn job it copies, its submit time,
-    duration, whether it checkpoints and whether it is a failed run.
-    """
+) -> Bursts:
+    """Failed runs before some jobs (see the module docstring), the ``n_jobs`` first
+    submitted, by submit time (``Bursts``)."""
     bursts = rng.integers(1, shape.fail_burst + 1, size=n_jobs)
     # A job has a burst with the chance that makes failed runs fail_share of all.
     chance = min(1.0, shape.fail_share / (1 - shape.fail_share) / float(np.mean(bursts)))
@@ -482,12 +507,27 @@ def _debug_bursts(
     ran = np.clip(np.rint(ran), shape.min_duration_s, durations[copies]).astype(np.int64)
     # The same Poisson arrivals stretched to keep the offered load with the failed runs.
     stretch = float(np.sum(gpus[copies] * ran)) / float(np.sum(gpus * durations))
-    # Each resubmission follows a failure and as long again to fix it.
-    at = np.floor(submits * stretch).astype(np.int64)[copies] - to_come * 2 * fail_at[copies]
-    at = np.maximum(at, 0).astype(np.int64)
-    order = np.argsort(at, kind="stable")[:n_jobs]
+    # Every run of a burst may go in from the burst's arrival; all but the first follow
+    # the run before (the rows of one burst are consecutive), after a think time.
+    at = np.floor(submits * stretch).astype(np.int64)[copies]
+    first = np.r_[True, copies[1:] != copies[:-1]]
+    low, high = np.log(THINK_MIN_S), np.log(shape.think_max_s)
+    think = np.where(first, 0, np.rint(np.exp(rng.uniform(low, high, len(copies)))))
+    order = np.argsort(at, kind="stable")[:n_jobs]  # stable: a burst's runs stay in order
+    position = np.full(len(copies), -1, dtype=np.int64)
+    position[order] = np.arange(len(order))
+    previous = np.where(first, -1, np.arange(len(copies)) - 1)
+    follows = np.where(first, -1, position[np.maximum(previous, 0)])[order]
     checkpointed = checkpoints[copies] & ~failed
-    return copies[order], at[order], ran[order], checkpointed[order], failed[order]
+    return (
+        copies[order],
+        at[order],
+        ran[order],
+        checkpointed[order],
+        failed[order],
+        follows,
+        think.astype(np.int64)[order],
+    )
 
 
 def _normalised(weights: list[float]) -> FloatArray:
