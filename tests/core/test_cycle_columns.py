@@ -205,6 +205,7 @@ BACKFILL = {
     "easy": BackfillArgs(mode="easy"),
     "easy-capped": BackfillArgs(mode="easy", max_job_test=40),
     "easy-2": BackfillArgs(mode="easy", max_job_test=2),
+    "easy-16": BackfillArgs(mode="easy", max_job_test=16),  # reached within a window (seed 2)
     "conservative": BackfillArgs(mode="conservative"),
 }
 
@@ -226,7 +227,7 @@ def same(a: Plan, b: Plan) -> None:
     assert a.stats["tested"] == b.stats["tested"]
 
 
-@pytest.mark.parametrize("backfill", ["none", "easy", "easy-capped", "conservative"])
+@pytest.mark.parametrize("backfill", ["none", "easy", "easy-capped", "easy-16", "conservative"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_windows_settle_jobs_as_the_job_by_job_walk_does(backfill: str, seed: int) -> None:
     snap = busy_snapshot(seed, 400)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import JobBuilder, NodeBuilder, cluster, job, node, placer
+from gpufleet.core.cycle import NodeMask
 from gpufleet.core.placement import (
     FloatArray,
     Mode,
@@ -317,3 +320,41 @@ def test_statement_commit_keeps_and_returns_the_allocations() -> None:
     assert stmt.commit() == [a]
     stmt.discard()  # nothing left to undo
     assert state.gpu_milli_free.tolist() == [[1000, 0]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.booleans(), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["gpus1", "gpus4", "gang2", "gang3", "half", "cpu"]),
+)
+def test_without_filters_a_placement_fails_exactly_when_too_few_nodes_fit(
+    nodes: list[tuple[int, bool, bool, bool]], shape: str
+) -> None:
+    # Per node: GPUs used of 4, the last shared at 600 milli, CPU used up, in the mask; the
+    # cycle skips placements on this (core.cycle._Cycle._start): a gang's members take
+    # distinct nodes, so enough nodes with room in the mask always place it.
+    builders = []
+    for i, (used, shared, busy_cpu, _) in enumerate(nodes):
+        b = node(f"n{i}").gpus(4).cpu(8000).used(used)
+        if shared:
+            b.share(3, 600)
+        if busy_cpu:
+            b.cpu_used(7000)
+        builders.append(b)
+    state = cluster(*builders)
+    mask = np.array([inside for *_, inside in nodes], dtype=np.bool_)
+    r = {
+        "gpus1": job().gpus(1),
+        "gpus4": job().gpus(4),
+        "gang2": job().gpus(2).gang(2),
+        "gang3": job().gpus(1).gang(3),
+        "half": job().fraction(500),
+        "cpu": job().cpu(2000),
+    }[shape].build()
+    room = placer(FirstFit()).fit(state, r, Mode.NOW)[0]
+    placed = placer(FirstFit(), filters=(NodeMask(mask),)).place(state, r)
+    assert (placed is not None) == (int((room & mask).sum()) >= r.nodes)

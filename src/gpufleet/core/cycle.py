@@ -373,6 +373,7 @@ class _Cycle:
         self.now = now
         self.state = snapshot.state
         self.journal = Journal(self.state)
+        self.fitter = Placer(profile.placement)  # the built-in fit reads no filter
         self.plan = Plan()
         # How long a job is taken to hold its nodes: its limit, or its estimate.
         self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
@@ -594,37 +595,51 @@ class _Cycle:
         self, tried: BoolArray, codes: IntArray, keys: Sequence[ShapeKey], limit: IntArray
     ) -> BoolArray:
         """Which of the ``tried`` jobs (codes of ``keys``, lengths ``limit``) a failed
-        placement of their shape covers (``_covered``); exclusive jobs are not judged."""
+        placement of their shape covers (``_covered``); exclusive jobs are not judged.
+
+        Per shape at once: a job of length L from now may use a node while
+        ``now + L`` is within the node's free time (``Blocks.free_until``), so
+        counting the nodes with room that stay free long enough is a search
+        in their sorted free times.
+        """
         out = np.zeros(len(tried), dtype=np.bool_)
-        covered: dict[tuple[int, int], bool] = {}
         at = np.flatnonzero(tried)
-        judged = zip(at.tolist(), codes[at].tolist(), limit[at].tolist(), strict=True)
-        for i, code, length in judged:
-            hit = covered.get((code, length))
-            if hit is None:
-                request, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
-                shape = self.shapes.get(keys[code])
-                hit = False
-                if shape is not None and not exclusive:
-                    access = self._plain_access(partition, _where(nodelist, exclude, constraint))
-                    usable = access.nodes & access.blocks.usable(self.now, length)
-                    hit = _covered(shape, usable, request.nodes)
-                covered[code, length] = hit
-            out[i] = hit
+        free_until = self.planned.free_until(self.now)  # the blocks of every plain access
+        for code in np.unique(codes[at]).tolist():
+            request, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
+            shape = self.shapes.get(keys[code])
+            if shape is None or shape.unfit is None or exclusive:
+                continue
+            access = self._plain_access(partition, _where(nodelist, exclude, constraint))
+            room = np.sort(free_until[access.nodes & ~shape.unfit])
+            mine = at[codes[at] == code]
+            usable = len(room) - np.searchsorted(room, self.now + limit[mine])
+            out[mine] = usable < request.nodes
         return out
 
     def _tried(self, queue: QueueView, at: IntArray) -> None:
         """Count the tests the jobs at ``at`` of ``queue`` (settled as failing as before)
-        make, in order, and keep their shapes' failure memo, as ``_consider`` would."""
+        make, in order, and keep their shapes' failure memo, as ``_consider`` would.
+
+        A job is tested when it is shorter than every job of its shape that
+        failed before it; the count stops where ``may_test`` first refuses
+        (the count only grows, as when ``_plan_run`` asks ``wants_planned_start``).
+        """
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        limit = queue.column(self.length_attr)
+        code, length = codes[at], queue.column(self.length_attr)[at]
         bf = self.backfill
         assert bf is not None  # _settle judges tests only with backfill
-        for code, length in zip(codes[at].tolist(), limit[at].tolist(), strict=True):
-            shape = self.shapes[keys[code]]
-            if length < shape.failed_at and bf.may_test(self.tested):
-                self.tested += 1
-                shape.failed_at = length
+        shapes = {c: self.shapes[keys[c]] for c in np.unique(code).tolist()}
+        tests = np.zeros(len(at), dtype=np.bool_)
+        for c, shape in shapes.items():
+            mine = np.flatnonzero(code == c)
+            shortest = np.minimum.accumulate(np.concatenate(([shape.failed_at], length[mine])))
+            tests[mine] = length[mine] < shortest[:-1]
+        for i in np.flatnonzero(tests).tolist():
+            if not bf.may_test(self.tested):
+                break
+            self.tested += 1
+            shapes[int(code[i])].failed_at = int(length[i])
 
     def _plan_run(self, queue: QueueView, at: IntArray) -> None:
         """Ask planned starts for the jobs at ``at`` of ``queue`` (settled as waiting
@@ -784,13 +799,18 @@ class _Cycle:
 
     def _start(self, job: Job, usable: BoolArray, shape: _Shape) -> bool:
         """Place ``job`` now on the ``usable`` nodes."""
-        if _covered(shape, usable, job.request.nodes):
+        r = job.request
+        if _covered(shape, usable, r.nodes):
             return False
-        placer = self._placer(usable)
-        placed = placer.place(self.state, job.request)
+        if not self.p.placement.filters:
+            # Then a placement succeeds exactly when enough usable nodes have room (a
+            # gang's members take distinct nodes): a failure costs one fit, no placement.
+            room = self.fitter.fit(self.state, r, Mode.NOW)[0]
+            if int((room & usable).sum()) < r.nodes:
+                shape.unfit = ~room
+                return False
+        placed = self._placer(usable).place(self.state, r)
         if placed is None:
-            if not self.p.placement.filters:
-                shape.unfit = ~placer.fit(self.state, job.request, Mode.NOW)[0]
             return False
         for a in placed:
             self.journal.log.append((1, a))  # the placer allocated it; undo at the end
