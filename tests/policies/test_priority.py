@@ -174,6 +174,23 @@ def test_multifactor_follows_new_usage() -> None:
         bob_ran.usage[3] = 1.0
 
 
+def test_multifactor_finds_new_associations_and_a_new_tree_across_cycles() -> None:
+    ordering = Multifactor(MultifactorArgs(**(NO_WEIGHTS | {"weight_assoc": 8})))
+    alice, bob = pending("a"), pending("b", user="bob", account="other")
+    team = AccountUsage(team_tree(alice_priority=2), np.zeros(5))
+    # assoc: alice 2 / 8 (bob's) x 8 = 2, then bob joins the queue: 8 / 8 x 8 = 8
+    assert ordering.priorities(snapshot(alice, accounts=team), [alice], 0).tolist() == [2]
+    both = snapshot(alice, bob, accounts=team)
+    assert ordering.priorities(both, [alice, bob], 0).tolist() == [2, 8]
+    # A tree listing bob first (other indices), alice's priority 4: 4 / 8 x 8 = 4
+    swapped = AccountTree(
+        [Account("team", shares=1), Account("other", shares=1)],
+        [User("bob", "other", priority=8), User("alice", "team", priority=4)],
+    )
+    other = snapshot(alice, bob, accounts=AccountUsage(swapped, np.zeros(5)))
+    assert ordering.priorities(other, [alice, bob], 0).tolist() == [4, 8]
+
+
 def test_multifactor_reads_a_changed_job_afresh_across_cycles() -> None:
     ordering = Multifactor(MultifactorArgs(**(NO_WEIGHTS | {"weight_qos": 100})))
     first = [pending("a", qos="low"), pending("b", qos="high")]

@@ -119,6 +119,10 @@ def _has_deps(job: Job) -> bool:
     return bool(job.dependencies)
 
 
+def _runs_exclusive(r: RunningJob) -> bool:
+    return r.job.exclusive
+
+
 def _subset(jobs: Sequence[Job], indices: IntArray) -> Sequence[Job]:
     """The jobs at ``indices``; a log's view stays one (``core.columns.Entries``)."""
     if isinstance(jobs, Entries):
@@ -399,11 +403,14 @@ class _Cycle:
         self.plain_access: dict[tuple[str, NodeChoice | None], Access] = {}
         self.signalled_for: defaultdict[str, list[RunningJob]] = defaultdict(list)
         self.promised = self._take_promised()
-        for r in snapshot.running:
-            if r.job.id in snapshot.signalled:
-                self.signalled_for[snapshot.signalled[r.job.id]].append(r)
-            if r.job.exclusive:  # nobody else on its nodes while it runs
-                self._block_nodes(r.assignments, max(r.expected_end, now + 1))
+        if snapshot.signalled:
+            for r in snapshot.running:
+                if r.job.id in snapshot.signalled:
+                    self.signalled_for[snapshot.signalled[r.job.id]].append(r)
+        exclusive = cache.running.values("exclusive", _runs_exclusive, np.bool_)[running_rows]
+        for i in np.flatnonzero(exclusive).tolist():  # nobody else on their nodes while they run
+            r = snapshot.running[i]
+            self._block_nodes(r.assignments, max(r.expected_end, now + 1))
         self.horizon_wake: int | None = None  # see _cut_off
         self.strict_blocked: set[str] = set()  # partitions stopped without backfill
         self.waiting: set[str] = set()  # partitions with a job waiting for resources

@@ -357,6 +357,8 @@ class Timeline:
         self._built: _Events | None = None
         self._batched: dict[tuple[bytes, int], _Events] = {}
         self._times: dict[Request, IntArray] = {}  # node_times over the exact events
+        # Per request, what node times read of it: its needs and the GPUs it may ever use.
+        self._needs: dict[Request, tuple[IntArray, BoolArray]] = {}
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
@@ -439,17 +441,17 @@ class Timeline:
 
     def _node_times(self, r: Request, ev: _Events) -> IntArray:
         st = self.state
-        need = np.array(
-            [r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib],
-            dtype=np.int64,
-        )
+        needs = self._needs.get(r)
+        if needs is None:
+            need = [r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib]
+            needs = self._needs[r] = (np.array(need, dtype=np.int64), static_gpu_ok(st, r))
         t: IntArray = _task_times(
             st.healthy,
             st.cpu_free,
             st.mem_free,
             st.gpu_milli_free,
             st.gpu_mem_free,
-            static_gpu_ok(st, r),
+            needs[1],
             ev.cpu.slot,
             ev.cpu.time,
             ev.cpu.amount,
@@ -458,7 +460,7 @@ class Timeline:
             ev.milli.time,
             ev.milli.amount,
             ev.gmem.amount,
-            need,
+            needs[0],
             self.now,
         )
         if r.mig_profile:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpufleet.core.accounts import AccountUsage, FloatArray, IntArray
+from gpufleet.core.accounts import AccountTree, AccountUsage, FloatArray, IntArray
 from gpufleet.core.columns import Rows
 from gpufleet.core.job import Job
 from gpufleet.core.model import MILLI
@@ -152,6 +152,7 @@ class Multifactor:
         self.args = args or MultifactorArgs()
         self.columns = QueueColumns()
         self._fairshare: tuple[AccountUsage, FloatArray] | None = None
+        self._index: tuple[AccountTree, list[tuple[str, str]], IntArray] | None = None
 
     @property
     def clocked(self) -> bool:
@@ -208,13 +209,27 @@ class Multifactor:
             by_code = relative_to_max(by_code, max(values.values(), default=0))
         return by_code[codes[rows]] if len(by_code) else np.zeros(len(rows))
 
+    def _associations(self, tree: AccountTree, keys: list[tuple[str, str]]) -> IntArray:
+        """The tree's index of each (account, user) key (-1: none), looked up once per key:
+        the keys of the columns only grow at their end while the list is the same."""
+        kept = self._index
+        if kept is None or kept[0] is not tree or kept[1] is not keys:
+            kept = (tree, keys, np.zeros(0, dtype=np.int64))
+        index = kept[2]
+        if len(index) < len(keys):
+            fresh = keys[len(index) :]
+            found = tree.lookup([a for a, _ in fresh], [u for _, u in fresh])
+            index = np.concatenate([index, found])
+        self._index = (tree, keys, index)
+        return index
+
     def _from_tree(self, rows: IntArray, accounts: AccountUsage) -> tuple[FloatArray, FloatArray]:
         if self._fairshare is None or self._fairshare[0] is not accounts:
             factors = fairshare_factors(accounts.tree, accounts.usage, self.args.fairshare)
             self._fairshare = (accounts, factors)
         tree, per_assoc = accounts.tree, self._fairshare[1]
         codes, keys = self.columns.codes("association", attrgetter("account", "user"))
-        index = tree.lookup([a for a, _ in keys], [u for _, u in keys])
+        index = self._associations(tree, keys)
         known = index >= 0
         top = float(tree.priority.max())
         priority = relative_to_max(tree.priority.astype(np.float64), top)
