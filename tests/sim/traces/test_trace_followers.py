@@ -1,5 +1,6 @@
-"""The ``after`` and ``think_s`` columns of the generic CSV and the history file:
-read, mapped, and bad references refused naming their row."""
+"""The ``after`` and ``think_s`` columns of the generic CSV and the history file, and
+SWF's preceding job and think time: read, mapped, and bad references refused naming
+their row."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from builders import node
 from gpufleet.core.model import Request
 from gpufleet.sim.openb import TraceError
+from gpufleet.sim.profile import default_profile, replay
 from gpufleet.sim.traces.generic import GenericOptions, Units, load_generic
 from gpufleet.sim.traces.history import dump_history, load_history
 from gpufleet.sim.traces.record import TraceJob
+from gpufleet.sim.traces.swf import SwfMapping, load_swf
 
 HEADER = "id,submit_time,duration_s,gpus,after,think_s"
 
@@ -87,3 +91,56 @@ def test_history_refuses_an_unknown_reference_naming_its_line(tmp_path: Path) ->
     with pytest.raises(TraceError) as err:
         load_history(path)
     assert str(err.value) == f"{path}, row 3: after: no job 'nope' in the trace"
+
+
+# job, submit, wait, run time, procs, ..., preceding job (17), think time (18); job 4 never ran
+SWF = """; feedback
+1    0  0  100  1 -1 -1  1  200 -1 1  3  1 -1  0  1 -1 -1
+2   50  0   50  1 -1 -1  1  200 -1 1  3  1 -1  0  1  1 30
+3   90  0   20  1 -1 -1  1  200 -1 1  3  1 -1  0  1  2 -1
+4   95  0    0  1 -1 -1  1  200 -1 5  3  1 -1  0  1 -1 -1
+5  120  0   20  1 -1 -1  1  200 -1 1  3  1 -1  0  1  4 60
+"""
+
+
+def swf(tmp_path: Path, text: str = SWF) -> Path:
+    path = tmp_path / "chain.swf"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_swf_feedback_chains_jobs_from_the_first_ones_submit_time(tmp_path: Path) -> None:
+    jobs = {j.id: j for j in load_swf(swf(tmp_path), SwfMapping(feedback=True))}
+    got = {k: (j.submit_time, j.after, j.think_s) for k, j in jobs.items()}
+    # 2 and 3 go in from job 1's time 0; an unknown think time (-1) is 0; job 4 never
+    # ran, so 5 follows nobody and keeps its own time.
+    assert got == {"1": (0, None, 0), "2": (0, "1", 30), "3": (0, "2", 0), "5": (120, None, 0)}
+    # Replayed on one node: 1 runs 0..100 and 5 120..140; 2 goes in at 100 + 30 = 130,
+    # waits for 5, runs 140..190; 3 goes in at 190 + 0.
+    result = replay([node("n0").gpus(1).build()], list(jobs.values()), default_profile())
+    assert {r.job.id: r.submit_time for r in result.jobs} == {"1": 0, "2": 130, "3": 190, "5": 120}
+
+
+def test_swf_without_feedback_ignores_fields_17_and_18(tmp_path: Path) -> None:
+    jobs = load_swf(swf(tmp_path))
+    assert [(j.id, j.submit_time, j.after) for j in jobs] == [
+        ("1", 0, None), ("2", 50, None), ("3", 90, None), ("5", 120, None)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "field", "reason"),
+    [
+        ("1  2 -1\n", "1  3 -1\n", 4, "preceding_job", "names the job itself ('3')"),
+        ("1 -1 -1\n2", "1  3 -1\n2", 2, "preceding_job", "a cycle: 1 -> 3 -> 2 -> 1"),
+    ],
+    ids=["self", "cycle"],
+)
+def test_swf_feedback_refuses_bad_chains(
+    tmp_path: Path, old: str, new: str, line: int, field: str, reason: str
+) -> None:
+    assert old in SWF
+    path = swf(tmp_path, SWF.replace(old, new, 1))
+    with pytest.raises(TraceError) as err:
+        load_swf(path, SwfMapping(feedback=True))
+    assert str(err.value) == f"{path}, row {line}: {field}: {reason}"
