@@ -22,6 +22,10 @@ with starts estimated as Slurm's select plugin estimates them), and under
 gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
 ``will_run_window_s = 0``, so backfill at every event, with exact estimates).
 
+``--against FILE`` adds ``slurm_again``: the same figures for another Slurm
+run of the same workload (jobs matched by name), against this one: how far
+Slurm is from itself.
+
 With ``--export FILE --conf DIR`` no Slurm runs: a saved export and the
 folder of its ``slurm.conf``, ``gres.conf`` and ``sacctmgr`` tables are
 replayed (``benchmarks/data/vs_slurm/`` holds the runs docs/benchmarks.md
@@ -154,22 +158,26 @@ def compare(export: Path, conf: Path, own_cycle: bool) -> dict[str, float]:
         nodes = load_cluster(cluster)
     trace = load_sacct(export)
     result = replay(nodes, trace, profile_from_dict(policy, "imported"))
-    sim_start = {r.job.id: r.first_start for r in result.jobs}
-    real_start = _real_starts(export)
-    ids = [i for i in real_start if sim_start.get(i, -1) >= 0]
+    return figures(_real_starts(export), {r.job.id: r.first_start for r in result.jobs})
+
+
+def figures(real_start: dict[str, int], other_start: dict[str, int]) -> dict[str, float]:
+    """How far ``other_start`` is from ``real_start``, over the jobs both started."""
+    ids = [i for i in real_start if other_start.get(i, -1) >= 0]
     real = [real_start[i] for i in ids]
-    sim = [sim_start[i] for i in ids]
-    diffs = [s - r for s, r in zip(sim, real, strict=True)]
+    other = [other_start[i] for i in ids]
+    diffs = [o - r for o, r in zip(other, real, strict=True)]
     return {
         "jobs": len(ids),
-        "spearman": round(float(spearmanr(real, sim).statistic), 4),
+        "spearman": round(float(spearmanr(real, other).statistic), 4),
         "far_pct": round(100 * sum(abs(d) > 30 for d in diffs) / len(diffs), 1),
         "mean_diff_s": round(sum(diffs) / len(diffs), 1),
     }
 
 
-def _real_starts(export: Path) -> dict[str, int]:
-    """Each job's Slurm start, in seconds after the export's first submission."""
+def _real_starts(export: Path, key: str = "JobID") -> dict[str, int]:
+    """Each job's Slurm start, in seconds after the export's first submission, by
+    ``key`` (``JobName`` matches the same workload's jobs across Slurm runs)."""
     rows = [line.split("|") for line in export.read_text().splitlines()]
     head = rows[0]
     col = {name: k for k, name in enumerate(head)}
@@ -182,7 +190,7 @@ def _real_starts(export: Path) -> dict[str, int]:
         ):
             continue
         submits.append(datetime.fromisoformat(row[col["Submit"]]))
-        starts[row[col["JobID"]]] = datetime.fromisoformat(row[col["Start"]])
+        starts[row[col[key]]] = datetime.fromisoformat(row[col["Start"]])
     origin = min(submits)
     return {k: int((v - origin).total_seconds()) for k, v in starts.items()}
 
@@ -196,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--export", type=Path, help="replay this saved sacct export instead")
     ap.add_argument("--conf", type=Path, help="with --export: the folder of its Slurm files")
     ap.add_argument("--out", type=Path, help="keep the export and the Slurm files here")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        help="another Slurm run's export of the same workload: Slurm against itself",
+    )
     ap.add_argument("--json", action="store_true", help="only the JSON line on stdout")
     ap.add_argument("--quick", action="store_true", help="20 jobs (an export replays as it is)")
     args = ap.parse_args(argv)
@@ -217,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         "gpufleet_cycle": compare(export, conf, own_cycle=True),
         "export": str(export),
     }
+    if args.against is not None:
+        again = _real_starts(args.against, "JobName")
+        result["slurm_again"] = figures(_real_starts(export, "JobName"), again)
     if not args.json:
         for name in ("imported", "gpufleet_cycle"):
             print(name, result[name], file=sys.stderr)
