@@ -119,6 +119,11 @@ def _has_deps(job: Job) -> bool:
     return bool(job.dependencies)
 
 
+def _may_stop(job: Job) -> bool:
+    """Whether the job is held or names dependencies (``_static_reasons``)."""
+    return job.hold or bool(job.dependencies)
+
+
 def _runs_exclusive(r: RunningJob) -> bool:
     return r.job.exclusive
 
@@ -466,7 +471,27 @@ class _Cycle:
     def _static_reasons(self, queue: QueueView) -> tuple[IntArray, list[str]]:
         """The jobs held, of an unknown QoS or partition, not yet at their begin time, or
         waiting on a job still queued or running (positions in ``queue``), and each one's
-        reason, in that precedence."""
+        reason, in that precedence.
+
+        Only the jobs held, with a begin time ahead or dependencies, or of a QoS or
+        partition the snapshot lacks, can be stopped: columns over every row find them.
+        """
+        s, table, rows = self.s, queue.table, queue.rows
+        begin = table.values("begin_time", attrgetter("begin_time"))
+        suspect = table.values("may_stop", _may_stop, np.bool_) | (begin > self.now)
+        for attr, defined in (("qos", s.qos), ("partition", s.partitions)):
+            codes, keys = table.codes(attr, attrgetter(attr))
+            unknown = np.array([k not in defined for k in keys], dtype=np.bool_)
+            if unknown.any():
+                suspect = suspect | unknown[codes]
+        at = np.flatnonzero(suspect[rows])
+        if not len(at):
+            return at, []
+        stopped, reasons = self._judge_static(QueueView(table, rows[at]))
+        return at[stopped], reasons
+
+    def _judge_static(self, queue: QueueView) -> tuple[IntArray, list[str]]:
+        """``_static_reasons`` over the jobs of ``queue``."""
         s = self.s
         jobs = self.p.cache.pending.objects
         dependent = np.zeros(len(queue), dtype=np.bool_)
