@@ -10,6 +10,7 @@ every node it names, and no earlier start would do.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,12 +119,19 @@ def running_at(
     return tl, state_nodes
 
 
-def test_a_planned_start_is_the_last_end_of_its_batch_on_the_best_fitting_node() -> None:
+CONS_TRES = WillRun(consecutive=True)
+
+
+# The logged decisions below come out the same with either node choice.
+@pytest.mark.parametrize("slurm", [SLURM, CONS_TRES], ids=["best-fit", "consecutive"])
+def test_a_planned_start_is_the_last_end_of_its_batch_on_the_best_fitting_node(
+    slurm: WillRun,
+) -> None:
     # As Slurm planned its 8-GPU job 50: at 48:10, the last end of the second batch
     # (exactly: 48:04, when n1 empties). A 2-GPU job: at 47:45, the first batch's
     # last end, on n0, where 2 GPUs are free then (exactly: 47:14, on n2, with 6).
     jobs = [(0, 2, "47:45"), (0, 6, "50:13"), (1, 8, "48:04"), (2, 6, "47:14"), (2, 2, "48:10")]
-    tl, n = running_at(3, jobs)
+    tl, n = running_at(3, jobs, slurm)
     everywhere = np.ones(n, np.bool_)
     big = tl.earliest(job().gpus(8).build(), everywhere, 300, Blocks.none(n))
     assert big is not None and (big.start, big.nodes.tolist()) == (hms("48:10"), [1])
@@ -134,12 +142,14 @@ def test_a_planned_start_is_the_last_end_of_its_batch_on_the_best_fitting_node()
     assert plain is not None and (plain.start, plain.nodes.tolist()) == (hms("47:14"), [2])
 
 
-def test_the_batches_skip_jobs_on_nodes_a_hold_keeps() -> None:
+@pytest.mark.parametrize("slurm", [SLURM, CONS_TRES], ids=["best-fit", "consecutive"])
+def test_the_batches_skip_jobs_on_nodes_a_hold_keeps(slurm: WillRun) -> None:
     # As for Slurm's job 42: n0 is held from 47:00, so its job ending 47:14 does not
     # start the batches; the first is 47:45's, so the batch runs to 48:30 and the
     # start is its last end, 48:10, not 47:57.
-    tl, n = running_at(3, [(0, 8, "47:14"), (1, 6, "47:45"), (1, 2, "47:57"),
-                           (2, 8, "48:10")])
+    tl, n = running_at(
+        3, [(0, 8, "47:14"), (1, 6, "47:45"), (1, 2, "47:57"), (2, 8, "48:10")], slurm
+    )
     held = Blocks.none(n)
     held.add(np.array([0]), hms("47:00"), hms("52:00"))
     planned = tl.earliest(job().gpus(2).build(), np.ones(n, np.bool_), 240, held)
@@ -153,7 +163,7 @@ def test_a_gang_is_planned_on_the_nodes_cons_tres_picks() -> None:
     # a job that can backfill there (as Slurm ran the sixth job after n006 freed).
     jobs = [(1, 8, "55:00"), (2, 8, "55:00"), (3, 8, "50:00"), (4, 8, "50:00")]
     gang = job().gpus(8).gang(2).build()
-    for will_run, expected in ((SLURM, [0, 3]), (WillRun(consecutive=True), [3, 4])):
+    for will_run, expected in ((SLURM, [0, 3]), (CONS_TRES, [3, 4])):
         tl, n = running_at(5, jobs, will_run)
         planned = tl.earliest(gang, np.ones(n, np.bool_), 300, Blocks.none(n))
         assert planned is not None
