@@ -1017,7 +1017,7 @@ class _Cycle:
         self.planned_count += 1
         self.planned.add(planned.nodes, *planned.hold)
         self.plan.expected_start[job.id] = planned.start
-        self.plan.expected_nodes[job.id] = tuple(int(n) for n in planned.nodes)
+        self.plan.expected_nodes[job.id] = tuple(planned.nodes.tolist())
 
 
 def beyond_cut(

@@ -357,6 +357,7 @@ class Timeline:
         self._built: _Events | None = None
         self._batched: dict[tuple[bytes, int], _Events] = {}
         self._times: dict[Request, IntArray] = {}  # node_times over the exact events
+        self._on: dict[tuple[Request, bytes], IntArray] = {}
         # Per request, what node times read of it: its needs and the GPUs it may ever use.
         self._needs: dict[Request, tuple[IntArray, BoolArray]] = {}
 
@@ -388,6 +389,7 @@ class Timeline:
         self._built = None
         self._batched.clear()
         self._times.clear()
+        self._on.clear()
 
     def _flat(self) -> _Flat:
         """Every holder's assignments and end, as flat arrays in order of their ends."""
@@ -434,10 +436,25 @@ class Timeline:
         if ev is None:
             times = self._times.get(r)
             if times is None:
-                times = self._times[r] = self._node_times(r, self._events())
-                times.flags.writeable = False  # shared by every query until then
+                # One task's times do not depend on the gang size: gangs share them.
+                task = r if r.nodes == 1 else replace(r, nodes=1)
+                times = self._times.get(task)
+                if times is None:
+                    times = self._times[task] = self._node_times(task, self._events())
+                    times.flags.writeable = False  # shared by every query until then
+                self._times[r] = times
             return times
         return self._node_times(r, ev)
+
+    def _times_on(self, r: Request, nodes: BoolArray) -> IntArray:
+        """``node_times`` from now on, only on ``nodes`` (NEVER elsewhere); kept until a
+        holder changes, as backfill asks it for many jobs of a few requests."""
+        key = (r, nodes.tobytes())
+        t = self._on.get(key)
+        if t is None:
+            t = self._on[key] = np.where(nodes, np.maximum(self.node_times(r), self.now), NEVER)
+            t.flags.writeable = False
+        return t
 
     def _node_times(self, r: Request, ev: _Events) -> IntArray:
         st = self.state
@@ -504,10 +521,13 @@ class Timeline:
         if self.will_run is not None:
             since = max(self.now, not_before)
             return self._will_run(r, nodes, length, blocks, since, horizon, whole_nodes)
-        t = np.maximum(self.node_times(r), max(self.now, not_before))
-        if whole_nodes:
-            t = np.maximum(t, self._events().node_idle())
-        t = np.where(nodes, t, NEVER)
+        if not_before <= self.now and not whole_nodes:
+            t = self._times_on(r, nodes)
+        else:
+            t = np.maximum(self.node_times(r), max(self.now, not_before))
+            if whole_nodes:
+                t = np.maximum(t, self._events().node_idle())
+            t = np.where(nodes, t, NEVER)
         spans = blocks.node, blocks.start, blocks.end
         start, chosen = _earliest(t, length, r.nodes, horizon, *spans)
         if start < 0:
@@ -608,7 +628,7 @@ class Timeline:
         assert self.will_run is None
         times = np.empty((len(shapes), self.state.num_nodes), dtype=np.int64)
         for i, (r, nodes) in enumerate(shapes):
-            times[i] = np.where(nodes, np.maximum(self.node_times(r), self.now), NEVER)
+            times[i] = self._times_on(r, nodes)
         gang = np.array([shapes[k][0].nodes for k in kind.tolist()], dtype=np.int64)
         starts, chosen, blocks.node, blocks.start, blocks.end = _plan_run(
             times,
@@ -701,11 +721,25 @@ def _task_times(
         gpu_t = _first_both(slot, g_end, milli, gmem, free_m, free_g, need[3], need[4], now)
         row = np.empty(width, dtype=np.int64)
         for v in range(nodes):
+            if out[v] == NEVER:  # no later GPU time can move it
+                continue
             for j in range(width):
                 row[j] = gpu_t[v * width + j] if gpu_ok[v, j] else NEVER
-            row.sort()
-            out[v] = max(out[v], row[k - 1])
+            out[v] = max(out[v], _kth(row, k))
     return out
+
+
+@njit(cache=True, nogil=True)
+def _kth(row: IntArray, k: int) -> int:
+    """The ``k``-th smallest of ``row``, sorted in place: an insertion sort, which for a
+    node's few GPUs costs far less than numba's general sort."""
+    for i in range(1, len(row)):
+        x, j = row[i], i - 1
+        while j >= 0 and row[j] > x:
+            row[j + 1] = row[j]
+            j -= 1
+        row[j + 1] = x
+    return int(row[k - 1])
 
 
 @dataclass(frozen=True)
