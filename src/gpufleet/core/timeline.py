@@ -159,18 +159,17 @@ def _earliest(
     """``Timeline.earliest`` once each node's own time ``t`` is known: the start and
     its nodes (start -1: none by ``horizon``)."""
     first = _shift(t, length, node, start, end)
-    ready = t
+    shifted = first
     while True:
-        shifted = _shift(ready, length, node, start, end)
         if (shifted < NEVER).sum() < k:
             return -1, np.zeros(0, dtype=np.int64)
-        at = np.sort(shifted)[k - 1]
+        at = shifted.min() if k == 1 else np.sort(shifted)[k - 1]
         if at > horizon:
             return -1, np.zeros(0, dtype=np.int64)
         ok = (t <= at) & _usable(len(t), node, start, end, at, length)
         if ok.sum() >= k:
             break
-        ready = np.maximum(t, at)
+        shifted = _shift(np.maximum(t, at), length, node, start, end)
     candidates = np.flatnonzero(ok)
     chosen = candidates[np.argsort(first[candidates], kind="mergesort")[:k]]
     return at, np.sort(chosen)
