@@ -188,7 +188,6 @@ class _Translator:
         self.models = dict(models)
         self.unmodelled: set[str] = set()
         self.settings: dict[str, tuple[int, str, str]] = {}  # lower key -> (line, Key, value)
-        self.nodes_rule = "best-fit"  # ``node_choice``
         self.node_lines: list[tuple[int, dict[str, str]]] = []
         self.partition_lines: list[tuple[int, dict[str, str]]] = []
         self.gpu_billing: dict[str, float] = {}  # catalog model ("*": any) -> weight
@@ -447,7 +446,8 @@ class _Translator:
             choice = "best-fit"
         return choice
 
-    def backfill(self) -> dict[str, Any] | None:
+    def backfill(self, will_run_nodes: str) -> dict[str, Any] | None:
+        """The ``[backfill]`` table; ``will_run_nodes``: ``node_choice``'s answer."""
         kind = self.setting("SchedulerType")
         params = self.setting("SchedulerParameters")
         values: dict[str, str] = {}
@@ -479,7 +479,7 @@ class _Translator:
         # Starts estimated as cons_tres's will-run test does: running jobs' ends in
         # batches 30 s wide, then doubling, or growing by bf_window_linear.
         bf["will_run_window_s"] = 30
-        bf["will_run_nodes"] = self.nodes_rule
+        bf["will_run_nodes"] = will_run_nodes
         if "bf_window_linear" in values:
             bf["will_run_linear_s"] = _integer(
                 self.conf, line, "bf_window_linear", values["bf_window_linear"]
@@ -712,10 +712,10 @@ def import_slurm(
     groups, names = t.nodes(gres_types)
     if not groups:
         raise SlurmImportError(conf, None, "NodeName", "no node is defined")
-    t.nodes_rule = t.node_choice()
-    placement = "cons-tres" if t.nodes_rule == "consecutive" else "best-fit"
+    nodes_rule = t.node_choice()
+    placement = "cons-tres" if nodes_rule == "consecutive" else "best-fit"
     policy: dict[str, Any] = {"ordering": t.ordering(), "placement": {"plugin": placement}}
-    backfill = t.backfill()
+    backfill = t.backfill(nodes_rule)
     if backfill is not None:
         policy["backfill"] = backfill
     policy["preemption"] = {"enabled": t.preemption()}

@@ -49,7 +49,7 @@ def consecutive_nodes(
         present = np.flatnonzero(~removed)
         return present[consecutive_nodes(usable[present], cpus[present], count, need)]
     free = np.where(usable, cpus, 0).astype(np.int64)
-    left = [(a, b) for a, b in runs(usable)]
+    left = runs(usable)
     chosen: list[int] = []
     while left and len(chosen) < count:
         rest = count - len(chosen)

@@ -764,10 +764,6 @@ class _Releases:
         return released
 
 
-def _job_id(r: RunningJob) -> str:
-    return r.job.id
-
-
 def _by_end(entries: IntArray, end: int) -> IntArray:
     """The columns of ``entries`` (one per entry) in order of their row ``end``."""
     return entries[:, np.argsort(entries[end], kind="stable")]

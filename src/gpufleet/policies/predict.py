@@ -122,6 +122,11 @@ MAX_STREAK = 3
 """Failures in a row beyond which a script's next run is counted as after this many."""
 
 
+def _script(f: Features) -> Group:
+    """The group of a user's runs of one script (by job name)."""
+    return ("name", f.user, f.name)
+
+
 class QuantilePredictor:
     """Recent-history quantiles per group; see the module docstring."""
 
@@ -140,7 +145,7 @@ class QuantilePredictor:
 
     @staticmethod
     def _by_name(f: Features) -> tuple[Group, ...]:
-        return ("name", f.user, f.name, f.gpus), ("name", f.user, f.name)
+        return (*_script(f), f.gpus), _script(f)
 
     @staticmethod
     def _by_owner(f: Features) -> tuple[Group, ...]:
@@ -150,7 +155,7 @@ class QuantilePredictor:
         return (*self._by_name(f), *self._by_owner(f)) if f.name else self._by_owner(f)
 
     def _streak(self, f: Features) -> int:
-        return self.streaks.get(("name", f.user, f.name), 0) if f.name else 0
+        return self.streaks.get(_script(f), 0) if f.name else 0
 
     def _keep(self, kind: str, groups: tuple[Group, ...], value: float) -> None:
         """Append ``value`` to each group's history in the table named ``kind``."""
@@ -165,10 +170,10 @@ class QuantilePredictor:
             self.after_streak[min(self._streak(f), MAX_STREAK)][0] += 1
             self._keep("failures", self._by_failures(f), runtime)
             if f.name:
-                self.streaks[("name", f.user, f.name)] = self._streak(f) + 1
+                self.streaks[_script(f)] = self._streak(f) + 1
             return
         self.after_streak[min(self._streak(f), MAX_STREAK)][1] += 1
-        self.streaks.pop(("name", f.user, f.name), None)
+        self.streaks.pop(_script(f), None)
         if f.name:
             self._keep("runtimes", self._by_name(f), runtime)
         self._keep("ratios", self._by_owner(f), runtime / f.limit_s)
