@@ -640,8 +640,13 @@ class _Cycle:
         for code in np.unique(codes[at]).tolist():
             request, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
             shape = self.shapes.get(keys[code])
-            if shape is None or shape.unfit is None or exclusive:
+            if shape is None or exclusive:
                 continue
+            if shape.unfit is None:
+                if self.p.placement.filters:
+                    continue
+                # The memo a failed placement would leave (``_start``), found before it.
+                shape.unfit = ~self.fitter.fit(self.state, request, Mode.NOW)[0]
             access = self._plain_access(partition, _where(nodelist, exclude, constraint))
             room = np.sort(free_until[access.nodes & ~shape.unfit])
             mine = at[codes[at] == code]
