@@ -31,11 +31,11 @@ grow during a cycle (Slurm skips such jobs the same way). A preemption frees
 capacity and so forgets these failures.
 
 Most jobs of a large queue change nothing: a limit keeps them, or their
-shape already failed and the start is planned. So once a run of jobs changed
-nothing, the walk judges the following ones in windows, with whole-queue
-columns and ``BulkAdmission`` plugins, up to the first job that might change
-something (be tested, get a planned start, be the first of its partition to
-wait), which it considers alone. The plan is exactly the job-by-job walk's. The
+shape already failed and the start is planned. So the walk takes the queue
+in windows: ``BulkAdmission`` plugins judge a window's jobs at once and a
+compiled pass (``core.walk``) gives reasons, tests and plans starts up to the
+first job that might change more (start, preempt, ask a gate), which is
+considered alone. The plan is exactly the job-by-job walk's. The
 profile's ``CycleCache`` keeps what each job fixes across cycles, by object
 identity, so a cycle after a few arrivals reads columns instead of jobs.
 
@@ -48,7 +48,7 @@ plan (``Plan.relayouts``), judging by the jobs the walk left waiting.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import attrgetter
@@ -56,6 +56,7 @@ from typing import Literal, cast
 
 import numpy as np
 
+from gpufleet.core import walk
 from gpufleet.core.columns import Entries, Rows
 from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
@@ -89,6 +90,7 @@ from gpufleet.core.protocols import (
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray, OverAllocation
 from gpufleet.core.timeline import NEVER, Blocks, PlannedStart, RunningEvents, Timeline
+from gpufleet.core.walk import CUT_AT, CUT_UNKNOWN, PLANNED, ROOM, TESTED, TIMES, walk_run
 
 __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
     "CycleCache",
@@ -314,21 +316,38 @@ def _leading(priorities: FloatArray, submit: IntArray, first: int) -> IntArray:
 
 
 CALM = 8
-"""Jobs in a row that changed nothing before the walk judges the rest in windows."""
+"""A window that walked fewer jobs than this before a job it had to leave to
+``_consider`` marks the walk as eventful: so many jobs are then considered alone."""
 WINDOW = 64
-"""The first window's length; it doubles while windows settle every job."""
+"""The first window's length; it doubles while windows walk every job."""
+_WORDS = np.array(["", PRIORITY, RESOURCES, NODE_NOT_AVAIL], dtype=object)
+"""Reasons by ``core.walk``'s codes (its ``ADMISSION``: the admission plugins' own)."""
+
+
+def _kinds_needing(kind: IntArray, jobs: BoolArray) -> list[int]:
+    """The kinds of the ``jobs``."""
+    kinds: list[int] = np.unique(kind[jobs]).tolist()
+    return kinds
+
+
+def _first_refused(allows: Callable[[int], bool], have: int, most: int) -> int:
+    """The first count from ``have`` on that ``allows`` refuses, or ``have + most + 1``:
+    a window of ``most`` jobs adds at most that many. Counts only grow, and a count
+    refused stays refused (a backfill limit), so a binary search finds it."""
+    lo, hi = have, have + most + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if allows(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _known(queue: QueueView, attr: str, defined: Mapping[str, object]) -> BoolArray:
     """Whether each job's ``attr`` names something ``defined``."""
     codes, keys = queue.codes(attr)
     return np.array([k in defined for k in keys], dtype=np.bool_)[codes] if keys else codes > 0
-
-
-def _member(queue: QueueView, attr: str, names: set[str]) -> BoolArray:
-    """Whether each job's ``attr`` is one of ``names``."""
-    codes, keys = queue.codes(attr)
-    return np.array([k in names for k in keys], dtype=np.bool_)[codes] if keys else codes > 0
 
 
 def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = None) -> Plan:
@@ -422,7 +441,7 @@ class _Cycle:
         self.tested = 0
         self.backfilled = 0
         self.planned_count = 0
-        self.events = 0  # steps that changed what later jobs would see; see _walk
+        self.rooms: dict[Request, BoolArray] = {}  # nodes with room now; until a start
         # What a runtime-checkable protocol checks, without its cost in every cycle.
         self.bulk = all(callable(getattr(a, "admit_all", None)) for a in profile.admission)
         gate = profile.gate
@@ -518,204 +537,169 @@ class _Cycle:
     def _walk(self, queue: IntArray) -> None:
         """Consider the jobs at rows ``queue`` in order.
 
-        Most jobs of a large queue change nothing: a limit keeps them, or a
-        job of their shape already failed and the one start is planned. Once
-        ``CALM`` jobs in a row changed nothing, the rest are judged in
-        windows at once (``_settle``) up to the first job that might change
-        something, which is considered alone again; windows double while
-        they settle every job, and fit the run last settled otherwise.
+        Runs of jobs that change nothing but the walk's memos are walked in
+        windows, compiled (``_walk_window``), up to the first job that might
+        change more (start, preempt, ask a plugin), which is considered
+        alone. A window stopped within ``CALM`` jobs marks the walk as
+        eventful there, so the next ``CALM`` jobs are considered alone too;
+        windows double while they walk every job.
         """
         table = self.p.cache.pending
         jobs, view = table.objects, QueueView(table, queue)
-        pos, calm, window = 0, 0, WINDOW
+        if not self.bulk:  # the admission plugins judge one job at a time
+            for row in queue.tolist():
+                self._consider(jobs[row])
+            return
+        pos, alone, window = 0, 0, WINDOW
         while pos < len(queue):
-            if calm < CALM:
-                before = self.events
+            if alone:
                 self._consider(jobs[queue[pos]])
-                calm = calm + 1 if self.events == before else 0
-                pos += 1
+                pos, alone = pos + 1, alone - 1
                 continue
             part = view.window(pos, pos + window)
-            settled, reasons, tried, plannable = self._settle(part)
-            stop = len(part) if settled.all() else int(np.argmin(settled))
-            if tried[:stop].any():
-                self._tried(part, np.flatnonzero(tried[:stop]))
-            if plannable[:stop].any():
-                self._plan_run(part, np.flatnonzero(plannable[:stop]))
-            ids = part.column("id", object)[:stop].tolist()
-            self.plan.reasons.update(zip(ids, reasons[:stop].tolist(), strict=True))
-            pos += stop
-            if stop < len(part):
-                calm, window = 0, max(WINDOW, 2 * stop)
-            else:
+            walked = self._walk_window(part)
+            pos += walked
+            if walked == len(part):
                 window *= 2
-
-    def _settle(self, queue: QueueView) -> tuple[BoolArray, ObjectArray, BoolArray, BoolArray]:
-        """Which of these jobs ``_consider`` would only give a reason now, the reasons,
-        which of them it would test, to fail as a placement of their shape did,
-        and which it would ask for a planned start.
-
-        Exact for the cycle's current facts; a job it cannot settle (one that
-        would be placed, or change any fact but its shape's failure memo and
-        the tested count, see ``_tried``, or the planned starts, see
-        ``_plan_run``) reads False.
-        """
-        reasons = np.full(len(queue), "", dtype=object)
-        none = np.zeros(len(queue), dtype=np.bool_)
-        if not self.bulk:
-            return none, reasons, none, none
-        for a in reversed(self.p.admission):  # the first plugin's reason wins
-            said = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
-            reasons = np.where(said != "", said, reasons)
-        open_ = reasons == ""
-        if not self.quiet_gate:
-            return ~open_, reasons, none, none
-        blocked = _member(queue, "partition", self.strict_blocked)
-        waiting = _member(queue, "partition", self.waiting)
-        codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        self._judge_shapes(np.unique(codes[open_ & ~blocked]), keys)
-        known = [self.shapes.get(k) for k in keys]
-        shapes = [sh if sh is not None else _Shape() for sh in known]
-        never = np.array([-1 if sh.never is None else int(sh.never) for sh in shapes])[codes]
-        failed = np.array([sh.failed_at for sh in shapes], dtype=np.int64)[codes]
-        unplanned = np.array([sh.unplanned_at for sh in shapes], dtype=np.int64)[codes]
-        limit = queue.column(self.length_attr)
-        bf = self.backfill
-        capped = bf is not None and bool(self.waiting) and not bf.may_test(self.tested)
-        tries = (limit < failed) & (not capped)
-        wants = bf is not None and bf.wants_planned_start(self.planned_count)
-        plans = (limit < unplanned) & wants
-        nna = open_ & ~blocked & (never == 1)
-        behind = open_ & ~blocked & (never == 0) & ~tries & waiting & ~plans
-        # A test that would fail as before leaves the job waiting behind the first.
-        tried = open_ & ~blocked & (never == 0) & tries & waiting
-        if bf is None or self.p.preemption is not None or not tried.any():
-            tried = none
-        else:
-            tried &= self._fail_as_before(tried, codes, keys, limit)
-        # Planned starts are found for a run of jobs at once (Timeline.plan_run).
-        plannable = none
-        if wants and self.timeline.will_run is None:
-            plannable = open_ & ~blocked & (never == 0) & waiting & plans & (~tries | tried)
-            if plannable.any():
-                plannable &= ~np.array([k[3][3] for k in keys], dtype=np.bool_)[codes]
-        reasons[open_ & blocked] = PRIORITY
-        reasons[nna] = NODE_NOT_AVAIL
-        reasons[behind | tried | plannable] = PRIORITY
-        settled = ~open_ | blocked | nna | behind | (tried & ~plans) | plannable
-        if self.signalled_for or self.promised:  # a job with its own room is considered alone
-            ids = queue.column("id", object)
-            settled &= ~np.array([i in self.signalled_for or i in self.promised for i in ids])
-        if self.p.gate is not None:  # the gate answers these jobs one by one
-            settled &= queue.column("reservation", object) == ""
-        return settled, reasons, tried & settled, plannable & settled
-
-    def _judge_shapes(self, codes: IntArray, keys: Sequence[ShapeKey]) -> None:
-        """Find whether the shapes at ``codes`` of ``keys`` fit an idle cluster, as
-        ``_consider`` would for their first job (those a gate answers excepted)."""
-        for code in codes.tolist():
-            key = keys[code]
-            shape = self.shapes.get(key)
-            request, partition, reservation, (nodelist, exclude, constraint, _) = key
-            gated = self.p.gate is not None and bool(reservation)
-            if (shape is None or shape.never is None) and not gated:
-                shape = self.shapes.setdefault(key, _Shape())
-                access = self._plain_access(partition, _where(nodelist, exclude, constraint))
-                shape.never = not self._fits_idle(request, access.nodes)
-
-    def _fail_as_before(
-        self, tried: BoolArray, codes: IntArray, keys: Sequence[ShapeKey], limit: IntArray
-    ) -> BoolArray:
-        """Which of the ``tried`` jobs (codes of ``keys``, lengths ``limit``) a failed
-        placement of their shape covers (``_covered``); exclusive jobs are not judged.
-
-        Per shape at once: a job of length L from now may use a node while
-        ``now + L`` is within the node's free time (``Blocks.free_until``), so
-        counting the nodes with room that stay free long enough is a search
-        in their sorted free times.
-        """
-        out = np.zeros(len(tried), dtype=np.bool_)
-        at = np.flatnonzero(tried)
-        free_until = self.planned.free_until(self.now)  # the blocks of every plain access
-        for code in np.unique(codes[at]).tolist():
-            request, partition, _, (nodelist, exclude, constraint, exclusive) = keys[code]
-            shape = self.shapes.get(keys[code])
-            if shape is None or exclusive:
                 continue
-            if shape.unfit is None:
-                if self.p.placement.filters:
-                    continue
-                # The memo a failed placement would leave (``_start``), found before it.
-                shape.unfit = ~self.fitter.fit(self.state, request, Mode.NOW)[0]
-            access = self._plain_access(partition, _where(nodelist, exclude, constraint))
-            room = np.sort(free_until[access.nodes & ~shape.unfit])
-            mine = at[codes[at] == code]
-            usable = len(room) - np.searchsorted(room, self.now + limit[mine])
-            out[mine] = usable < request.nodes
-        return out
+            self._consider(jobs[queue[pos]])
+            pos += 1
+            alone = CALM if walked < CALM else 0
+            window = max(WINDOW, 2 * walked)
 
-    def _tried(self, queue: QueueView, at: IntArray) -> None:
-        """Count the tests the jobs at ``at`` of ``queue`` (settled as failing as before)
-        make, in order, and keep their shapes' failure memo, as ``_consider`` would.
-
-        A job is tested when it is shorter than every job of its shape that
-        failed before it; the count stops where ``may_test`` first refuses
-        (the count only grows, as when ``_plan_run`` asks ``wants_planned_start``).
-        """
+    def _walk_window(self, queue: QueueView) -> int:
+        """Walk the jobs of ``queue`` as ``_consider`` would (``core.walk``), up to the
+        first one it must consider alone; returns how many were walked."""
+        n, bf = len(queue), self.backfill
+        said = np.full(n, "", dtype=object)
+        for a in reversed(self.p.admission):  # the first plugin's reason wins
+            found = cast(BulkAdmission, a).admit_all(self.s, queue, self.tally)
+            said = np.where(found != "", found, said)
+        admitted = said == ""
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        code, length = codes[at], queue.column(self.length_attr)[at]
-        bf = self.backfill
-        assert bf is not None  # _settle judges tests only with backfill
-        shapes = {c: self.shapes[keys[c]] for c in np.unique(code).tolist()}
-        tests = np.zeros(len(at), dtype=np.bool_)
-        for c, shape in shapes.items():
-            mine = np.flatnonzero(code == c)
-            shortest = np.minimum.accumulate(np.concatenate(([shape.failed_at], length[mine])))
-            tests[mine] = length[mine] < shortest[:-1]
-        for i in np.flatnonzero(tests).tolist():
-            if not bf.may_test(self.tested):
-                break
-            self.tested += 1
-            shapes[int(code[i])].failed_at = int(length[i])
-
-    def _plan_run(self, queue: QueueView, at: IntArray) -> None:
-        """Ask planned starts for the jobs at ``at`` of ``queue`` (settled as waiting
-        and wanting one) in order, as ``_wait`` would one by one."""
-        bf = self.backfill
-        assert bf is not None  # _settle plans only with backfill
-        codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        kinds, kind = np.unique(codes[at], return_inverse=True)
-        shapes, unplanned = [], []
-        for code in kinds.tolist():
-            request, partition, _, (nodelist, exclude, constraint, _) = keys[code]
-            access = self._plain_access(partition, _where(nodelist, exclude, constraint))
-            shapes.append((request, access.nodes))
-            unplanned.append(self.shapes[keys[code]].unplanned_at)
-        allowed = 0
-        while allowed < len(at) and bf.wants_planned_start(self.planned_count + allowed):
-            allowed += 1
-        last = np.array(unplanned, dtype=np.int64)
-        starts, nodes = self.timeline.plan_run(
-            shapes,
-            kind.astype(np.int64),
-            queue.column(self.length_attr)[at],
-            last,
-            allowed,
-            self.planned,
-            bf.horizon(self.now),
+        kinds, kind = np.unique(codes, return_inverse=True)
+        shape_keys = [keys[k] for k in kinds.tolist()]
+        part_codes, part_keys = queue.codes("partition")
+        parts, part = np.unique(part_codes, return_inverse=True)
+        names = [part_keys[p] for p in parts.tolist()]
+        exclusive = np.array([k[3][3] for k in shape_keys], dtype=np.bool_)
+        alone = admitted & self._alone(queue, exclusive[kind])
+        requests = [k[0] for k in shape_keys]
+        shapes = [self.shapes.setdefault(k, _Shape()) for k in shape_keys]
+        nodes = np.array([self._plain_access(k[1], _where(*k[3][:3])).nodes for k in shape_keys])
+        never = np.zeros(len(shapes), dtype=np.bool_)
+        for i in np.unique(kind[admitted & ~alone]).tolist():
+            shape = shapes[i]
+            if shape.never is None:
+                shape.never = not self._fits_idle(requests[i], nodes[i])
+            never[i] = shape.never
+        width = self.state.num_nodes
+        unfit = np.zeros((len(shapes), width), dtype=np.bool_)
+        room = np.zeros((len(shapes), width), dtype=np.bool_)
+        has_room = np.zeros(len(shapes), dtype=np.bool_)
+        for i, (shape, r) in enumerate(zip(shapes, requests, strict=True)):
+            if shape.unfit is not None:
+                unfit[i] = shape.unfit
+            if r in self.rooms:
+                room[i], has_room[i] = self.rooms[r], True
+        has_unfit = np.array([shape.unfit is not None for shape in shapes], dtype=np.bool_)
+        failed = np.array([shape.failed_at for shape in shapes], dtype=np.int64)
+        unplanned = np.array([shape.unplanned_at for shape in shapes], dtype=np.int64)
+        times = np.zeros((len(shapes), width), dtype=np.int64)
+        has_times = np.zeros(len(shapes), dtype=np.bool_)
+        waiting = np.array([p in self.waiting for p in names], dtype=np.bool_)
+        blocked = np.array([p in self.strict_blocked for p in names], dtype=np.bool_)
+        counters = np.array([self.tested, self.planned_count, bool(self.waiting), 0, NEVER])
+        limits = np.zeros(2, dtype=np.int64)
+        if bf is not None:
+            limits[0] = _first_refused(bf.may_test, self.tested, n)
+            limits[1] = _first_refused(bf.wants_planned_start, self.planned_count, n)
+        flags = np.array(
+            [
+                bf is not None,
+                self.timeline.will_run is None,
+                not self.p.placement.filters,
+                self.p.preemption is not None,
+            ]
         )
-        for code, length in zip(kinds.tolist(), last.tolist(), strict=True):
-            self.shapes[keys[code]].unplanned_at = length
-        horizon = bf.horizon(self.now)
-        cut = starts[(starts == -1) | (starts > horizon)]
-        if len(cut):
-            self._cut_off(None if (cut == -1).any() else int(cut.min()), horizon)
-        ids = queue.column("id", object)[at].tolist()
-        for job_id, start, chosen in zip(ids, starts.tolist(), nodes, strict=True):
-            if 0 <= start <= horizon:
-                self.planned_count += 1
-                self.plan.expected_start[job_id] = start
-                self.plan.expected_nodes[job_id] = tuple(chosen.tolist())
+        length = queue.column(self.length_attr)
+        gang = np.array([r.nodes for r in requests], dtype=np.int64)
+        reason = np.zeros(n, dtype=np.int64)
+        start = np.full(n, -2, dtype=np.int64)
+        chosen = np.empty(int(gang[kind].sum()), dtype=np.int64)
+        horizon = bf.horizon(self.now) if bf is not None else NEVER
+        blocks = self.planned
+        at = written = 0
+        while True:
+            at, why, need, written, blocks.node, blocks.start, blocks.end = walk_run(
+                at, alone, admitted, kind, part, length, gang, never, nodes,
+                failed, unplanned, unfit, has_unfit, room, has_room, times, has_times,
+                waiting, blocked, counters, limits, flags,
+                self.now, horizon, self.timeline.resolution, blocks.node, blocks.start, blocks.end,
+                reason, start, chosen, written,
+            )  # fmt: skip
+            if why not in (ROOM, TIMES):
+                break
+            # What the rest of the window may need of the same kind, found at once.
+            rest = np.zeros(n, dtype=np.bool_)
+            rest[at:] = admitted[at:] & ~alone[at:]
+            if why == ROOM:
+                for k in _kinds_needing(kind, rest & (length < failed[kind]) & ~has_room[kind]):
+                    room[k], has_room[k] = self._room(requests[k]), True
+            else:
+                rest &= (length < unplanned[kind]) & ~has_times[kind]
+                several = limits[1] - counters[PLANNED] > 1
+                for k in _kinds_needing(kind, rest) if several else [need]:
+                    times[k], has_times[k] = self.timeline.times_on(requests[k], nodes[k]), True
+        w = slice(0, at)
+        ids = queue.column("id", object)[w]
+        self._walked(ids, said[w], reason[w], start[w], gang[kind[w]], chosen[:written])
+        for i, shape in enumerate(shapes):
+            shape.failed_at, shape.unplanned_at = int(failed[i]), int(unplanned[i])
+            if has_unfit[i]:
+                shape.unfit = unfit[i]
+        self.waiting.update(p for p, w in zip(names, waiting.tolist(), strict=True) if w)
+        self.strict_blocked.update(p for p, b in zip(names, blocked.tolist(), strict=True) if b)
+        self.tested, self.planned_count = int(counters[TESTED]), int(counters[PLANNED])
+        if counters[CUT_UNKNOWN]:
+            self._cut_off(None, horizon)
+        if counters[CUT_AT] < NEVER:
+            self._cut_off(int(counters[CUT_AT]), horizon)
+        return int(at)
+
+    def _alone(self, queue: QueueView, exclusive: BoolArray) -> BoolArray:
+        """Which jobs of ``queue`` only ``_consider`` may judge (once admitted): exclusive
+        ones, those a gate answers, and those with victims' room of their own."""
+        if not self.quiet_gate:
+            return np.ones(len(queue), dtype=np.bool_)
+        alone = exclusive
+        if self.p.gate is not None:
+            alone = alone | (queue.column("reservation", object) != "")
+        if self.signalled_for or self.promised:
+            ids = queue.column("id", object).tolist()
+            own = [i in self.signalled_for or i in self.promised for i in ids]
+            alone = alone | np.array(own, dtype=np.bool_)
+        return alone
+
+    def _walked(
+        self,
+        ids: ObjectArray,
+        said: ObjectArray,
+        reason: IntArray,
+        start: IntArray,
+        gangs: IntArray,
+        nodes: IntArray,
+    ) -> None:
+        """Record what ``walk_run`` found for the jobs ``ids`` (of ``gangs`` nodes): their
+        reasons (``said``: the admission plugins'), planned starts, and the planned
+        ones' ``nodes`` one after another."""
+        words = np.where(reason == walk.ADMISSION, said, _WORDS[reason])
+        self.plan.reasons.update(zip(ids.tolist(), words.tolist(), strict=True))
+        planned = np.flatnonzero(start >= 0)
+        ends = np.cumsum(gangs[planned]).tolist()
+        for i, lo, hi in zip(planned.tolist(), [0, *ends], ends, strict=False):
+            self.plan.expected_start[ids[i]] = int(start[i])
+            self.plan.expected_nodes[ids[i]] = tuple(nodes[lo:hi].tolist())
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
@@ -738,13 +722,12 @@ class _Cycle:
         shape = self.shapes.get(key)
         if shape is None:
             shape = self.shapes[key] = _Shape()
-        if shape.never is None:  # not an event: windows judge shapes too (_judge_shapes)
+        if shape.never is None:
             shape.never = not self._fits_idle(job.request, access.nodes)
         if shape.never:
             plan.reasons[job.id] = NODE_NOT_AVAIL
             return
         if self._start_in_victims_room(job, access):  # its own room: no shape memo applies
-            self.events += 1
             return
         backfill = self.backfill
         length = self._length(job)
@@ -755,14 +738,10 @@ class _Cycle:
             usable = self._usable_now(job, access)
             if job.exclusive:
                 usable = usable & idle_nodes(self.state)
-            # A test that fails as a placement of its shape did changes only the memo below;
-            # a failed one changes no more than that memo, which windows read (not an event).
             if not (self.p.preemption is None and _covered(shape, usable, job.request.nodes)):
                 if self._start(job, usable, shape):
-                    self.events += 1
                     return
                 if self._preempt(job, access):
-                    self.events += 1
                     self._forget_failures()  # victims freed room: retry every shape
                     for other in self.shapes.values():
                         other.failed_at = NEVER
@@ -774,7 +753,6 @@ class _Cycle:
         where = _where(job.nodelist, job.exclude, job.constraint)
         if self.p.gate is None or (self.quiet_gate and not job.reservation):
             return self._plain_access(job.partition, where)
-        self.events += 1  # a gate's answer is per job
         access = self.p.gate.access(self.s, job, self._nodes(job.partition, where), self.now)
         return replace(access, blocks=access.blocks.merged(self.planned))
 
@@ -824,6 +802,13 @@ class _Cycle:
             fits = cache.idle_fits[key] = self._test_idle(r, nodes)
         return fits
 
+    def _room(self, r: Request) -> BoolArray:
+        """The nodes with room for one task of ``r`` now (the built-in fit, no filter)."""
+        room = self.rooms.get(r)
+        if room is None:
+            room = self.rooms[r] = self.fitter.fit(self.state, r, Mode.NOW)[0]
+        return room
+
     def _test_idle(self, r: Request, nodes: BoolArray) -> bool:
         ctx = self._placer(nodes).context(self.state, r, Mode.TEST)
         return int(ctx.feasible.sum()) >= r.nodes
@@ -842,7 +827,7 @@ class _Cycle:
         if not self.p.placement.filters:
             # Then a placement succeeds exactly when enough usable nodes have room (a
             # gang's members take distinct nodes): a failure costs one fit, no placement.
-            room = self.fitter.fit(self.state, r, Mode.NOW)[0]
+            room = self._room(r)
             if int((room & usable).sum()) < r.nodes:
                 shape.unfit = ~room
                 return False
@@ -911,6 +896,7 @@ class _Cycle:
         return taken
 
     def _record_start(self, job: Job, placed: list[Assignment]) -> None:
+        self.rooms.clear()
         if job.partition in self.waiting:
             self.backfilled += 1  # ahead of a job its partition keeps waiting, as Slurm counts
         self.plan.starts[job.id] = placed
@@ -980,7 +966,6 @@ class _Cycle:
         if job.partition in self.waiting:
             plan.reasons[job.id] = PRIORITY
         else:
-            self.events += 1
             self.waiting.add(job.partition)
             plan.reasons[job.id] = RESOURCES
         if backfill is None:
@@ -991,7 +976,6 @@ class _Cycle:
             self.planned_count
         ):
             return
-        # Not an event: windows plan starts too (_plan_run).
         horizon = backfill.horizon(self.now)
         exact = self.timeline.will_run is None  # then a start past the horizon is found too
         planned = self.timeline.earliest(

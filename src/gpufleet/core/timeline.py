@@ -71,7 +71,7 @@ def _then(values: IntArray, last: int) -> IntArray:
 
 
 @njit(cache=True, nogil=True)
-def _insert(
+def insert_spans(
     node: IntArray, start: IntArray, end: IntArray, idx: IntArray, begin: int, until: int
 ) -> tuple[IntArray, IntArray, IntArray]:
     """The spans with [begin, until) added on the nodes ``idx`` (sorted), merged per node."""
@@ -101,11 +101,11 @@ def _merge_sorted(
 ) -> tuple[IntArray, IntArray, IntArray]:
     """Spans sorted by (node, start), those of a node that overlap or touch merged."""
     empty = np.zeros(0, dtype=np.int64)
-    return _insert(node, start, end, empty, 0, 0)
+    return insert_spans(node, start, end, empty, 0, 0)
 
 
 @njit(cache=True, nogil=True)
-def _usable(
+def usable_over(
     nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int, length: int
 ) -> BoolArray:
     ok = np.ones(nodes, dtype=np.bool_)
@@ -147,7 +147,7 @@ def _shift(
 
 
 @njit(cache=True, nogil=True)
-def _earliest(
+def earliest_on(
     t: IntArray,
     length: int,
     k: int,
@@ -166,7 +166,7 @@ def _earliest(
         at = shifted.min() if k == 1 else np.sort(shifted)[k - 1]
         if at > horizon:
             return -1, np.zeros(0, dtype=np.int64)
-        ok = (t <= at) & _usable(len(t), node, start, end, at, length)
+        ok = (t <= at) & usable_over(len(t), node, start, end, at, length)
         if ok.sum() >= k:
             break
         shifted = _shift(np.maximum(t, at), length, node, start, end)
@@ -176,47 +176,9 @@ def _earliest(
 
 
 @njit(cache=True, nogil=True)
-def _hold(start: int, length: int, step: int) -> tuple[int, int]:
+def hold_span(start: int, length: int, step: int) -> tuple[int, int]:
     begin = start // step * step
     return begin, max((start + length) // step * step, begin + step)
-
-
-@njit(cache=True, nogil=True)
-def _plan_run(
-    times: IntArray,
-    kind: IntArray,
-    length: IntArray,
-    gang: IntArray,
-    unplanned: IntArray,
-    allowed: int,
-    horizon: int,
-    step: int,
-    node: IntArray,
-    start: IntArray,
-    end: IntArray,
-) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
-    """``Timeline.plan_run``: each job's start (past ``horizon``: not planned, -1:
-    none at all, -2: not asked), the nodes of the planned ones one after another,
-    and the spans."""
-    n = len(kind)
-    starts = np.full(n, -2, dtype=np.int64)
-    chosen = np.empty(int(gang.sum()), dtype=np.int64)
-    c = planned = 0
-    for i in range(n):
-        s = kind[i]
-        if length[i] >= unplanned[s] or planned >= allowed:
-            continue
-        at, nodes = _earliest(times[s], length[i], gang[i], NEVER, node, start, end)
-        starts[i] = at
-        if at < 0 or at > horizon:
-            unplanned[s] = length[i]
-            continue
-        planned += 1
-        chosen[c : c + len(nodes)] = nodes
-        c += len(nodes)
-        begin, until = _hold(at, length[i], step)
-        node, start, end = _insert(node, start, end, nodes, begin, until)
-    return starts, chosen[:c], node, start, end
 
 
 @dataclass
@@ -249,7 +211,8 @@ class Blocks:
         )
         if start >= end or not len(idx):
             return
-        self.node, self.start, self.end = _insert(self.node, self.start, self.end, idx, start, end)
+        spans = self.node, self.start, self.end
+        self.node, self.start, self.end = insert_spans(*spans, idx, start, end)
 
     def merged(self, other: Blocks) -> Blocks:
         out = self.copy()
@@ -262,7 +225,7 @@ class Blocks:
 
     def usable(self, at: int, length: int) -> BoolArray:
         """Nodes a job may hold over [at, at + length) without overlapping a block."""
-        return _usable(self.nodes, self.node, self.start, self.end, at, length)
+        return usable_over(self.nodes, self.node, self.start, self.end, at, length)
 
     def free_until(self, at: int) -> IntArray:
         """Per node, the first start of a span that ends after ``at`` (NEVER: none): a job
@@ -445,7 +408,7 @@ class Timeline:
             return times
         return self._node_times(r, ev)
 
-    def _times_on(self, r: Request, nodes: BoolArray) -> IntArray:
+    def times_on(self, r: Request, nodes: BoolArray) -> IntArray:
         """``node_times`` from now on, only on ``nodes`` (NEVER elsewhere); kept until a
         holder changes, as backfill asks it for many jobs of a few requests."""
         key = (r, nodes.tobytes())
@@ -521,14 +484,14 @@ class Timeline:
             since = max(self.now, not_before)
             return self._will_run(r, nodes, length, blocks, since, horizon, whole_nodes)
         if not_before <= self.now and not whole_nodes:
-            t = self._times_on(r, nodes)
+            t = self.times_on(r, nodes)
         else:
             t = np.maximum(self.node_times(r), max(self.now, not_before))
             if whole_nodes:
                 t = np.maximum(t, self._events().node_idle())
             t = np.where(nodes, t, NEVER)
         spans = blocks.node, blocks.start, blocks.end
-        start, chosen = _earliest(t, length, r.nodes, horizon, *spans)
+        start, chosen = earliest_on(t, length, r.nodes, horizon, *spans)
         if start < 0:
             return None
         return PlannedStart(start, chosen, self.hold(start, length))
@@ -600,50 +563,8 @@ class Timeline:
         Holds so begin early, keeping short jobs off the nodes. A limit shorter
         than a step still holds one step, so a hold never vanishes.
         """
-        begin, end = _hold(start, length, self.resolution)
+        begin, end = hold_span(start, length, self.resolution)
         return int(begin), int(end)
-
-    def plan_run(
-        self,
-        shapes: Sequence[tuple[Request, BoolArray]],
-        kind: IntArray,
-        length: IntArray,
-        unplanned: IntArray,
-        allowed: int,
-        blocks: Blocks,
-        horizon: int,
-    ) -> tuple[IntArray, list[IntArray]]:
-        """``earliest`` for a run of jobs in turn, each start holding its nodes in
-        ``blocks`` before the next job is asked: job i has the request and nodes
-        of ``shapes[kind[i]]`` and ``length[i]``.
-
-        As a backfill walk asks: a job is not asked once ``allowed`` starts are
-        planned or when a job of its kind at least as long found none
-        (``unplanned[kind]``, lowered here as jobs find none). Returns each
-        job's earliest start, planned only up to ``horizon`` (-1: none at all,
-        -2: not asked), and the nodes of each planned one. Only without
-        ``will_run``, for jobs that are not exclusive.
-        """
-        assert self.will_run is None
-        times = np.empty((len(shapes), self.state.num_nodes), dtype=np.int64)
-        for i, (r, nodes) in enumerate(shapes):
-            times[i] = self._times_on(r, nodes)
-        gang = np.array([shapes[k][0].nodes for k in kind.tolist()], dtype=np.int64)
-        starts, chosen, blocks.node, blocks.start, blocks.end = _plan_run(
-            times,
-            kind,
-            length,
-            gang,
-            unplanned,
-            allowed,
-            horizon,
-            self.resolution,
-            blocks.node,
-            blocks.start,
-            blocks.end,
-        )
-        ends = np.cumsum(np.where((starts >= 0) & (starts <= horizon), gang, 0)).tolist()
-        return starts, [chosen[a:b] for a, b in zip([0, *ends], ends, strict=False)]
 
 
 @njit(cache=True, nogil=True)
