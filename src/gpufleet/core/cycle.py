@@ -318,15 +318,23 @@ def _leading(priorities: FloatArray, submit: IntArray, first: int) -> IntArray:
 CALM = 8
 """A window that walked fewer jobs than this before a job it had to leave to
 ``_consider`` marks the walk as eventful: so many jobs are then considered alone."""
-WINDOW = 64
+WINDOW = 128
 """The first window's length; it doubles while windows walk every job."""
 _WORDS = np.array(["", PRIORITY, RESOURCES, NODE_NOT_AVAIL], dtype=object)
 """Reasons by ``core.walk``'s codes (its ``ADMISSION``: the admission plugins' own)."""
 
 
+def _compact(codes: IntArray) -> tuple[IntArray, IntArray]:
+    """The distinct ``codes`` (small integers) in order, and each one's index among them:
+    ``np.unique(codes, return_inverse=True)`` without its sort."""
+    present = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=np.bool_)
+    present[codes] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
+
+
 def _kinds_needing(kind: IntArray, jobs: BoolArray) -> list[int]:
     """The kinds of the ``jobs``."""
-    kinds: list[int] = np.unique(kind[jobs]).tolist()
+    kinds: list[int] = _compact(kind[jobs])[0].tolist()
     return kinds
 
 
@@ -577,38 +585,39 @@ class _Cycle:
             said = np.where(found != "", found, said)
         admitted = said == ""
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        kinds, kind = np.unique(codes, return_inverse=True)
+        kinds, kind = _compact(codes)
         shape_keys = [keys[k] for k in kinds.tolist()]
         part_codes, part_keys = queue.codes("partition")
-        parts, part = np.unique(part_codes, return_inverse=True)
+        parts, part = _compact(part_codes)
         names = [part_keys[p] for p in parts.tolist()]
+        blocked = np.array([p in self.strict_blocked for p in names], dtype=np.bool_)
         exclusive = np.array([k[3][3] for k in shape_keys], dtype=np.bool_)
         alone = admitted & self._alone(queue, exclusive[kind])
         requests = [k[0] for k in shape_keys]
         shapes = [self.shapes.setdefault(k, _Shape()) for k in shape_keys]
-        nodes = np.array([self._plain_access(k[1], _where(*k[3][:3])).nodes for k in shape_keys])
-        never = np.zeros(len(shapes), dtype=np.bool_)
-        for i in np.unique(kind[admitted & ~alone]).tolist():
-            shape = shapes[i]
-            if shape.never is None:
-                shape.never = not self._fits_idle(requests[i], nodes[i])
-            never[i] = shape.never
+        has_unfit = np.array([shape.unfit is not None for shape in shapes], dtype=np.bool_)
+        failed = np.array([shape.failed_at for shape in shapes], dtype=np.int64)
+        unplanned = np.array([shape.unplanned_at for shape in shapes], dtype=np.int64)
+        # Node facts only for the shapes of jobs the pass may test or plan.
         width = self.state.num_nodes
+        nodes = np.zeros((len(shapes), width), dtype=np.bool_)
         unfit = np.zeros((len(shapes), width), dtype=np.bool_)
         room = np.zeros((len(shapes), width), dtype=np.bool_)
         has_room = np.zeros(len(shapes), dtype=np.bool_)
-        for i, (shape, r) in enumerate(zip(shapes, requests, strict=True)):
+        never = np.zeros(len(shapes), dtype=np.bool_)
+        for i in _compact(kind[admitted & ~alone & ~blocked[part]])[0].tolist():
+            shape, key, r = shapes[i], shape_keys[i], requests[i]
+            nodes[i] = self._plain_access(key[1], _where(*key[3][:3])).nodes
+            if shape.never is None:
+                shape.never = not self._fits_idle(r, nodes[i])
+            never[i] = shape.never
             if shape.unfit is not None:
                 unfit[i] = shape.unfit
             if r in self.rooms:
                 room[i], has_room[i] = self.rooms[r], True
-        has_unfit = np.array([shape.unfit is not None for shape in shapes], dtype=np.bool_)
-        failed = np.array([shape.failed_at for shape in shapes], dtype=np.int64)
-        unplanned = np.array([shape.unplanned_at for shape in shapes], dtype=np.int64)
         times = np.zeros((len(shapes), width), dtype=np.int64)
         has_times = np.zeros(len(shapes), dtype=np.bool_)
         waiting = np.array([p in self.waiting for p in names], dtype=np.bool_)
-        blocked = np.array([p in self.strict_blocked for p in names], dtype=np.bool_)
         counters = np.array([self.tested, self.planned_count, bool(self.waiting), 0, NEVER])
         limits = np.zeros(2, dtype=np.int64)
         if bf is not None:
@@ -642,7 +651,7 @@ class _Cycle:
                 break
             # What the rest of the window may need of the same kind, found at once.
             rest = np.zeros(n, dtype=np.bool_)
-            rest[at:] = admitted[at:] & ~alone[at:]
+            rest[at:] = admitted[at:] & ~alone[at:] & ~blocked[part[at:]]
             if why == ROOM:
                 for k in _kinds_needing(kind, rest & (length < failed[kind]) & ~has_room[kind]):
                     room[k], has_room[k] = self._room(requests[k]), True
