@@ -1,6 +1,6 @@
 """Columns kept across cycles, limits judged for many jobs at once, and the windowed walk.
 
-The cycle settles runs of jobs that change nothing in windows; these tests
+The cycle walks runs of jobs that change nothing in compiled windows; these tests
 hold it to the plan a job-by-job walk makes, and its caches to the plan a
 fresh profile makes.
 """
@@ -20,11 +20,11 @@ from builders import cluster, node
 from gpufleet.core.columns import Rows
 from gpufleet.core.cycle import SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, Partition, QoS, RunningJob
-from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.placement import PlacementContext, PlacementProfile, Placer
 from gpufleet.core.plan import NODE_NOT_AVAIL, Plan
 from gpufleet.core.protocols import Admission
 from gpufleet.core.snapshot import QueueView, Snapshot, Tally
-from gpufleet.core.state import Assignment, IntArray
+from gpufleet.core.state import Assignment, BoolArray, IntArray
 from gpufleet.core.timeline import RunningEvents, Timeline
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
@@ -470,4 +470,62 @@ def test_a_window_stops_at_a_job_that_might_change_something(
     limited = {j: r for j, r in windowed.reasons.items() if j[1:].isdigit()}
     assert set(limited.values()) == {"QOSMaxGPUsPerUserLimit"}
     assert {j: r for j, r in windowed.reasons.items() if j not in limited} == reasons
+    same(windowed, alone)
+
+
+class NotFirst:
+    """A placement filter that keeps every node but the first: the placer is no longer
+    the built-in fit alone, so windows leave every test that may pass to it."""
+
+    def filter(self, ctx: PlacementContext) -> BoolArray:
+        keep = np.ones(ctx.state.num_nodes, dtype=np.bool_)
+        keep[0] = False
+        return keep
+
+
+VARIANTS = ["plain", "filtered", "exclusive", "excluded", "will-run"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from(["none", "easy", "easy-2", "conservative", "conservative-8"]),
+    st.sampled_from(VARIANTS),
+)
+def test_windows_walk_as_the_job_by_job_walk_whatever_the_profile(
+    seed: int, backfill: str, variant: str
+) -> None:
+    snap = busy_snapshot(seed, 150)
+    rng = np.random.default_rng(seed)
+    if variant in ("exclusive", "excluded"):  # some jobs narrow or take whole nodes
+
+        def narrowed(j: Job) -> Job:
+            if variant == "exclusive":
+                return replace(j, exclusive=True)
+            return replace(j, exclude=("n3", "n5"))
+
+        picked = rng.random(len(snap.pending)) < 0.2
+        pending = [narrowed(j) if p else j for j, p in zip(snap.pending, picked, strict=True)]
+        snap = replace(snap, pending=pending)
+    args = {
+        "none": None,
+        "easy": BackfillArgs(mode="easy"),
+        "easy-2": BackfillArgs(mode="easy", max_job_test=2),
+        "conservative": BackfillArgs(mode="conservative"),
+        "conservative-8": BackfillArgs(mode="conservative", max_job_test=8),
+    }[backfill]
+    if variant == "will-run" and args is not None:
+        args = args.model_copy(update={"will_run_window_s": 30})
+    filters = [NotFirst()] if variant == "filtered" else []
+
+    def made(admission: list[Admission]) -> SchedulingProfile:
+        return SchedulingProfile(
+            ordering=Fifo(),
+            placement=PlacementProfile("first-fit", [(FirstFit(), 1.0)], filters=filters),
+            admission=admission,
+            backfill=None if args is None else Backfill(args),
+        )
+
+    windowed = run_cycle(snap, made([PartitionLimits(), QosLimits()]))
+    alone = run_cycle(snap, made([OneByOne(PartitionLimits()), OneByOne(QosLimits())]))
     same(windowed, alone)
