@@ -18,7 +18,8 @@ start in Slurm (both counted from the first submission):
 
 The export is replayed twice: as imported (``imported``: Slurm's structure, a
 backfill pass every ``bf_interval`` and its main pass on the events between,
-with starts estimated as Slurm's select plugin estimates them), and under
+with starts estimated as Slurm's select plugin estimates them, on the
+export's clock: times counted from midnight, so holds round as Slurm's do), and under
 gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
 ``will_run_window_s = 0``, so backfill at every event, with exact estimates).
 
@@ -62,7 +63,7 @@ from scipy.stats import spearmanr
 from gpufleet.adapters.inventory import load_cluster
 from gpufleet.adapters.slurmconf import import_slurm
 from gpufleet.sim.profile import profile_from_dict, replay
-from gpufleet.sim.traces.sacct import load_sacct
+from gpufleet.sim.traces.sacct import SacctOptions, load_sacct
 
 FIELDS = (
     "JobID,JobName,User,Account,Partition,QOS,Submit,Start,End,Elapsed,Timelimit,State,"
@@ -156,9 +157,12 @@ def compare(export: Path, conf: Path, own_cycle: bool) -> dict[str, float]:
         cluster = Path(tmp) / "cluster.toml"
         cluster.write_text(tomli_w.dumps(imported.cluster))
         nodes = load_cluster(cluster)
-    trace = load_sacct(export)
+    # Times from midnight keep the clock's phase, on which Slurm rounds its holds.
+    trace = load_sacct(export, SacctOptions(origin="day"))
     result = replay(nodes, trace, profile_from_dict(policy, "imported"))
-    return figures(_real_starts(export), {r.job.id: r.first_start for r in result.jobs})
+    origin = min(t.submit_time for t in trace)
+    starts = {r.job.id: r.first_start - origin for r in result.jobs if r.first_start >= 0}
+    return figures(_real_starts(export), starts)
 
 
 def figures(real_start: dict[str, int], other_start: dict[str, int]) -> dict[str, float]:

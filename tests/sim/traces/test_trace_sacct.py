@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -70,6 +71,39 @@ def test_loads_jobs_that_ran(fixture: Callable[[str], Path]) -> None:
         "normal",
         "gpu",
     )
+
+
+def test_a_day_origin_keeps_the_clock(fixture: Callable[[str], Path]) -> None:
+    """From midnight, times are the clock's (09:59:00 is 35,940 s), their differences
+    the same, so holds rounded to the minute fall on the clock's minutes."""
+    first = load_sacct(fixture("sacct.psv"))
+    day = load_sacct(fixture("sacct.psv"), SacctOptions(origin="day"))
+    assert [j.submit_time for j in day] == [35940, 36000, 36030, 36180]
+    assert [(j.id, j.duration_s) for j in day] == [(j.id, j.duration_s) for j in first]
+
+
+@pytest.mark.parametrize(("origin", "waits"), [("day", True), ("first", False)])
+def test_holds_round_on_the_clock_with_a_day_origin(
+    tmp_path: Path, origin: Literal["first", "day"], waits: bool
+) -> None:
+    """A (4 of 8 GPUs, limit 2 min from 10:00:30) keeps the 8-GPU B waiting, planned at
+    10:02:30 and held from the minute before, 10:02:00, as Slurm rounds it. C (limit
+    1 min, at 10:01:10) would end at 10:02:10, inside that hold: it waits. Counted from
+    the first submission, the hold begins at 120 s, 10:02:30, and C slips in."""
+    header = "JobID|User|Account|Partition|Submit|Start|Elapsed|Timelimit|State|NNodes|AllocTRES"
+    rows = [
+        f"{k}|u|a|gpu|2026-11-01T{at}|2026-11-01T{at}|{ran}|{limit}|COMPLETED|1|cpu=1,gres/gpu={g}"
+        for k, at, ran, limit, g in [
+            ("A", "10:00:30", "00:01:00", "00:02:00", 4),
+            ("B", "10:00:40", "00:00:30", "00:01:00", 8),
+            ("C", "10:01:10", "00:00:20", "00:01:00", 2),
+        ]
+    ]
+    jobs = load_sacct(_export(tmp_path, header, rows), SacctOptions(origin=origin))
+    profile = profile_from_dict({"backfill": {"mode": "conservative"}}, "bf")
+    result = replay([node("n1").gpus(8).build()], jobs, profile)
+    c = next(r for r in result.jobs if r.job.id == "C")
+    assert (c.first_start > c.submit_time) is waits
 
 
 def test_requests_from_alloc_tres(fixture: Callable[[str], Path]) -> None:

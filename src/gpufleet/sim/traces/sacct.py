@@ -14,7 +14,12 @@ dot), they are ignored. Mapping:
 
 * ``Submit`` -> ``submit_time``, in seconds after the earliest ``Submit`` of
   the file (sacct prints local time without a zone, so only differences mean
-  anything).
+  anything). With ``SacctOptions.origin = "day"`` they count from midnight
+  of that ``Submit``'s day instead, so every time keeps its seconds and
+  minutes on the clock: Slurm's backfill rounds its holds (``bf_resolution``)
+  and its will-run windows (30 s) on the clock, and a replay counting from
+  the first submission rounds them elsewhere (a zone's offset is whole
+  quarter hours, so local times round as Slurm's epoch times do).
 * ``Elapsed`` -> ``duration_s``; when the file has no ``Elapsed`` column,
   ``End - Start``. A job still running counts its time so far.
 * ``Timelimit`` -> ``time_limit_s``; ``UNLIMITED`` and ``Partition_Limit``
@@ -45,6 +50,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -79,6 +85,8 @@ class SacctOptions(BaseModel):
 
     gpu_models: dict[str, str] = {}
     """gres GPU type (``h100``) -> catalog model (``H100-80GB``); unmapped types take any."""
+    origin: Literal["first", "day"] = "first"
+    """Time 0: the earliest ``Submit``, or midnight of its day (the clock's phase kept)."""
 
     @field_validator("gpu_models")
     @classmethod
@@ -132,6 +140,8 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
     if not started:
         raise TraceError(path, None, None, "holds no job that started")
     origin = min(submit for submit, _ in started)
+    if options.origin == "day":
+        origin = origin.replace(hour=0, minute=0, second=0, microsecond=0)
     return by_submit(
         [
             replace(job, submit_time=int((submit - origin).total_seconds()))
