@@ -23,6 +23,18 @@ export's clock: times counted from midnight, so holds round as Slurm's do), and 
 gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
 ``will_run_window_s = 0``, so backfill at every event, with exact estimates).
 
+``decisions`` compares decisions rather than histories: the imported
+replay is steered to start every job when and where Slurm did (``sim.driver``
+steering), and at each cycle the profile still says what it would start in
+that same state. For each of Slurm's starts, the % the profile would first
+have made in the same second, 1 s before, 2-5 s before, over 5 s before, or
+not before Slurm. A free replay's figures above cascade from any one
+different decision; these do not.
+
+``--clock-shift S`` replays the jobs S seconds later on the clock: Slurm's
+figures stay, the replay's holds round elsewhere in the minute. It measures
+how much a second of phase alone moves the figures.
+
 ``--against FILE`` adds ``slurm_again``: the same figures for another Slurm
 run of the same workload (jobs matched by name), against this one: how far
 Slurm is from itself.
@@ -53,16 +65,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 from scipy.stats import spearmanr
 
-from gpufleet.adapters.inventory import load_cluster
+from gpufleet.adapters.inventory import expand_hostlist, load_cluster
 from gpufleet.adapters.slurmconf import import_slurm
+from gpufleet.core.cycle import NodeMask, Plan, Snapshot
+from gpufleet.core.model import Node
+from gpufleet.core.placement import PlacementProfile, Placer
+from gpufleet.core.state import Assignment
 from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.traces.record import TraceJob
 from gpufleet.sim.traces.sacct import SacctOptions, load_sacct
 
 FIELDS = (
@@ -141,8 +161,8 @@ def run_slurm(tools: Path, jobs: list[dict[str, int]], out: Path) -> Path:
     return out / "sacct.txt"
 
 
-def compare(export: Path, conf: Path, own_cycle: bool) -> dict[str, float]:
-    """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
+def _imported(conf: Path) -> tuple[list[Node], dict[str, Any]]:
+    """The nodes and the policy ``gpufleet import slurm`` makes of the files in ``conf``."""
     qos, assoc = conf / "qos.txt", conf / "assoc.txt"
     imported = import_slurm(
         conf / "slurm.conf",
@@ -150,19 +170,86 @@ def compare(export: Path, conf: Path, own_cycle: bool) -> dict[str, float]:
         qos=qos if qos.exists() else None,
         assoc=assoc if assoc.exists() else None,
     )
-    policy = imported.policy
-    if own_cycle:
-        policy["backfill"].update(interval_s=0, will_run_window_s=0)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Path(tmp) / "cluster.toml"
         cluster.write_text(tomli_w.dumps(imported.cluster))
-        nodes = load_cluster(cluster)
-    # Times from midnight keep the clock's phase, on which Slurm rounds its holds.
+        return load_cluster(cluster), imported.policy
+
+
+def _trace(export: Path, shift_s: int) -> tuple[list[TraceJob], int]:
+    """The export's jobs, ``shift_s`` later, and the replay time of its first submission
+    (time 0 of Slurm's starts). Times from midnight keep the clock's phase, on which
+    Slurm rounds its holds."""
     trace = load_sacct(export, SacctOptions(origin="day"))
+    trace = [replace(t, submit_time=t.submit_time + shift_s) for t in trace]
+    return trace, min(t.submit_time for t in trace)
+
+
+def compare(export: Path, conf: Path, own_cycle: bool, shift_s: int = 0) -> dict[str, float]:
+    """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
+    nodes, policy = _imported(conf)
+    if own_cycle:
+        policy["backfill"].update(interval_s=0, will_run_window_s=0)
+    trace, origin = _trace(export, shift_s)
     result = replay(nodes, trace, profile_from_dict(policy, "imported"))
-    origin = min(t.submit_time for t in trace)
     starts = {r.job.id: r.first_start - origin for r in result.jobs if r.first_start >= 0}
     return figures(_real_starts(export), starts)
+
+
+def decisions(export: Path, conf: Path, shift_s: int = 0) -> dict[str, float]:
+    """The imported replay made to start every job when and where Slurm did (steered):
+    at each cycle the profile still decides what it would start in that same state.
+    The % of Slurm's starts it would first have made in the same second, 1 s before,
+    2-5 s before, over 5 s before, or not before Slurm (later, or never in the same state).
+
+    One decision at a time, without the cascade a different one sets off in a free
+    replay: what remains is the profile's rule, and when its passes run.
+    """
+    nodes, policy = _imported(conf)
+    trace, origin = _trace(export, shift_s)
+    real = {job: origin + at for job, at in _real_starts(export).items()}
+    hosts = _real_nodes(export)
+    due: defaultdict[int, list[str]] = defaultdict(list)
+    for job, at in real.items():
+        due[at].append(job)
+    wanted: dict[str, int] = {}
+
+    def follow_slurm(snapshot: Snapshot, plan: Plan) -> Plan:
+        now, state = snapshot.now, snapshot.state
+        for job in plan.starts:
+            wanted.setdefault(job, now)
+        pending = {j.id: j for j in snapshot.pending}
+        starts: dict[str, list[Assignment]] = {}
+        for job in due.get(now, ()):
+            if job not in pending:
+                continue
+            mask = np.zeros(state.num_nodes, dtype=np.bool_)
+            mask[[state.index[h] for h in hosts[job]]] = True
+            placed = Placer(PlacementProfile("slurm", (), [NodeMask(mask)])).place(
+                state, pending[job].request
+            )
+            if placed is not None:  # taken from the state until all are placed
+                starts[job] = placed
+        for placed in starts.values():
+            for a in placed:
+                state.release(a)
+        return Plan(starts=starts, backfilled=plan.backfilled)
+
+    replay(nodes, trace, profile_from_dict(policy, "imported"), steer=follow_slurm, wake=due)
+    # How long before Slurm the profile first started each job; -1: not before Slurm.
+    early = [at - wanted[j] if wanted.get(j, at + 1) <= at else -1 for j, at in real.items()]
+
+    def pct(low: int, high: int) -> float:
+        return round(100 * sum(low <= e <= high for e in early) / len(early), 1)
+
+    return {
+        "jobs": len(early),
+        "same_second_pct": pct(0, 0),
+        "1s_before_pct": pct(1, 1),
+        "2_5s_before_pct": pct(2, 5),
+        "over_5s_before_pct": pct(6, 10**9),
+        "not_before_pct": pct(-1, -1),
+    }
 
 
 def figures(real_start: dict[str, int], other_start: dict[str, int]) -> dict[str, float]:
@@ -199,6 +286,17 @@ def _real_starts(export: Path, key: str = "JobID") -> dict[str, int]:
     return {k: int((v - origin).total_seconds()) for k, v in starts.items()}
 
 
+def _real_nodes(export: Path) -> dict[str, list[str]]:
+    """Each started job's nodes in Slurm (``NodeList`` expanded), by ``JobID``."""
+    rows = [line.split("|") for line in export.read_text().splitlines()]
+    col = {name: k for k, name in enumerate(rows[0])}
+    return {
+        row[col["JobID"]]: expand_hostlist(row[col["NodeList"]])
+        for row in rows[1:]
+        if len(row) == len(rows[0]) and row[col["NodeList"]] not in ("", "None assigned")
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slurm-tools", type=Path, help="the folder of slurmsim.sh")
@@ -215,6 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="only the JSON line on stdout")
     ap.add_argument("--quick", action="store_true", help="20 jobs (an export replays as it is)")
+    ap.add_argument(
+        "--clock-shift",
+        type=int,
+        default=0,
+        help="replay the jobs this many seconds later on the clock (how much the phase "
+        "within the minute moves the figures)",
+    )
     args = ap.parse_args(argv)
     jobs = args.jobs or (20 if args.quick else 200)
     if args.export is not None:
@@ -230,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "seed": args.seed if args.export is None else None,
         "jobs_submitted": jobs if args.export is None else None,
-        "imported": compare(export, conf, own_cycle=False),
-        "gpufleet_cycle": compare(export, conf, own_cycle=True),
+        "imported": compare(export, conf, own_cycle=False, shift_s=args.clock_shift),
+        "gpufleet_cycle": compare(export, conf, own_cycle=True, shift_s=args.clock_shift),
+        "decisions": decisions(export, conf, args.clock_shift),
         "export": str(export),
     }
     if args.against is not None:

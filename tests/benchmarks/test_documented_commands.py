@@ -144,8 +144,16 @@ KEYS: dict[str, set[str]] = {
         "live_to_same_state_bare",
         "pending_in_book",
     },
-    # Replay against real Slurm: the replay columns (the quick run replays an export).
-    "vs_slurm.py": each(("imported", "gpufleet_cycle"), ("spearman", "far_pct", "mean_diff_s")),
+    # Replay against real Slurm: the replay columns (the quick run replays an export), and
+    # the steered replay's decisions against Slurm's.
+    "vs_slurm.py": each(("imported", "gpufleet_cycle"), ("spearman", "far_pct", "mean_diff_s"))
+    | each(
+        ("decisions",),
+        (
+            *("same_second_pct", "1s_before_pct", "2_5s_before_pct"),
+            *("over_5s_before_pct", "not_before_pct"),
+        ),
+    ),
     # A row per policy: wall and CPU time, cycles (skipped), mean and peak waiting, deep share.
     "backlog.py": each(
         ("fifo-strict", "fifo-easy", "multifactor-conservative"),

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from builders import node
+from gpufleet.core.cycle import Plan, Snapshot
 from gpufleet.core.model import Node, Request
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, Simulation, to_job
@@ -397,3 +398,24 @@ def test_the_replays_account_tree_is_the_profiles() -> None:
     assert tree.names[tree.parent[tree.account("other")]] == "root"
     # research 3 of 4 shares; vision its only child: 0.75. other: 1 of 4.
     assert sim.entitlement == {"other": 0.25, "vision": 0.75}
+
+
+def test_a_steered_replay_carries_out_the_steers_plan_and_wakes_when_told() -> None:
+    """The steer sees each plan the profile makes and returns the one carried out: it
+    holds both jobs back until 5, when a wake time runs a cycle (nothing else happens
+    then, and the cycle at 0 started nobody), and starts b where the profile put a."""
+    seen: list[tuple[int, list[str]]] = []
+
+    def steer(snapshot: Snapshot, plan: Plan) -> Plan:
+        seen.append((snapshot.now, sorted(plan.starts)))
+        if snapshot.now < 5:
+            return Plan()
+        if snapshot.now == 5:
+            return Plan(starts={"b": plan.starts["a"]})
+        return plan
+
+    jobs = [tj("a", 0, 10), tj("b", 0, 10)]
+    profile = profile_from_dict(FIFO, "fifo")
+    result = by_id(replay(nodes(1), jobs, profile, steer=steer, wake=[5]))
+    assert (result["b"].first_start, result["a"].first_start) == (5, 15)
+    assert seen[:3] == [(0, ["a"]), (5, ["a"]), (15, ["a"])]

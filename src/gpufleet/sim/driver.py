@@ -36,6 +36,14 @@ would decide the same unless the plan says the clock alone may change it
 arrivals only, each sorting after the last job the queue depth let that
 cycle consider (``core.cycle.beyond_cut``).
 
+**Steering** (``steer``, ``wake``): a function may replace each cycle's
+plan before the book carries it out, and ``wake`` adds cycles at given
+times. So a replay can follow another scheduler's starts (its jobs, nodes and
+times) while the profile still decides, cycle by cycle, what it would have
+done in that same state: decisions compared one at a time, without the
+cascade that one different decision sets off (``benchmarks/vs_slurm.py``).
+A steered replay skips no cycle.
+
 **Predictions** (``engine.estimates``, as the controller keeps them): with
 a predictor, a job carries its runtime estimate from its arrival, and the
 predictor is told of each job when it finishes, so no estimate uses a job
@@ -312,6 +320,9 @@ SCALE_AFTER = frozenset({Kind.JOB_END, Kind.PREEMPT, Kind.NODE_BOOT, Kind.SCALE}
 ProgressFn = Callable[[int, int], None]
 """Called with (jobs finished, jobs in all) as the replay advances."""
 
+Steer = Callable[[Snapshot, Plan], Plan]
+"""Given a cycle's snapshot and the plan the profile made from it, the plan to carry out."""
+
 
 class Simulation:
     """One replay of ``jobs`` on ``nodes`` under a scheduling profile.
@@ -343,6 +354,8 @@ class Simulation:
         estimates: Estimates | None = None,
         windows: WindowSwitch[Regime] | None = None,
         fleet: Fleet | None = None,
+        steer: Steer | None = None,
+        wake: Collection[int] = (),
     ) -> None:
         self.config = config or SimConfig()
         self.queue = EventQueue()
@@ -365,6 +378,10 @@ class Simulation:
         self.qos = qos or default_qos(preempt=scheduling.preemption is not None)
         self.fairshare = fairshare
         self.progress = progress
+        self.steer = steer
+        self.wake_until = max(wake, default=None)  # cycles are due until then
+        for at in sorted(set(wake)):
+            self.queue.push(at, Kind.SCHEDULE, "wake")
         self.records: dict[str, JobRecord] = {}
         self.followers: defaultdict[str, list[str]] = defaultdict(list)  # by the job they follow
         self.now = 0
@@ -582,6 +599,8 @@ class Simulation:
         """Nothing runs, nothing more arrives, and the last cycle started nobody."""
         if self.running or self.deferred or not self.pending:
             return False
+        if self.wake_until is not None and self.now < self.wake_until:
+            return False
         if self.faults is not None and not bool(self.state.healthy.all()):
             return False
         if self.now - self.last_start < WINDOW_PATIENCE_S and (
@@ -608,7 +627,7 @@ class Simulation:
         if not self.pending:
             return  # with nobody waiting a cycle can start or preempt nothing
         due = self.last_cycle + self.config.min_gap_s
-        if t >= due and self.settled and self._holds(t):
+        if t >= due and self.settled and self._holds(t) and self.steer is None:
             self.cycles += 1
             self.skipped += 1
             self.last_cycle = t
@@ -670,7 +689,7 @@ class Simulation:
             case _:  # Kind.SCHEDULE
                 if ev.key == "deferred":
                     self.deferred = False
-                else:
+                elif ev.key == "tick":
                     self.tick_at = None
                 return True
 
@@ -683,6 +702,8 @@ class Simulation:
                 self.records[job.id].job = job
         snapshot = self.book.snapshot(now)
         plan = run_cycle(snapshot, self.sched, now)
+        if self.steer is not None:
+            plan = self.steer(snapshot, plan)
         self.last = snapshot, plan
         self.cycles += 1
         self.last_cycle = now

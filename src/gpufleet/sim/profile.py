@@ -35,7 +35,7 @@ Each window's policy is checked at load time, laid over the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ from gpufleet.sim.driver import (
     SimConfig,
     SimResult,
     Simulation,
+    Steer,
     default_qos,
 )
 from gpufleet.sim.traces.record import TraceJob
@@ -268,10 +269,12 @@ def replay(
     profile: SimProfile,
     progress: ProgressFn | None = None,
     pools: Sequence[NodePool] = (),
+    steer: Steer | None = None,
+    wake: Collection[int] = (),
 ) -> SimResult:
     """Replay ``jobs`` on ``nodes`` under ``profile``; fairshare usage is tracked for
     multifactor ordering. ``pools`` grow and shrink under the profile's ``[autoscale]``
-    table (its defaults without one)."""
+    table (its defaults without one). ``steer`` and ``wake``: see ``sim.driver``."""
     workload = [t.request for t in jobs]
     sched = profile.build(workload, profile.config.seed)
     ordering = sched.ordering
@@ -293,5 +296,7 @@ def replay(
         estimates=Estimates(QuantilePredictor(predict)) if predict is not None else None,
         windows=profile_windows(profile, workload) if profile.policy.config.windows else None,
         fleet=fleet_for(pools, profile.policy.config.autoscale) if pools else None,
+        steer=steer,
+        wake=wake,
     )
     return sim.run()
