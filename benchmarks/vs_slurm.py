@@ -19,8 +19,8 @@ start in Slurm (both counted from the first submission):
 The export is replayed twice: as imported (``imported``: Slurm's structure, a
 backfill pass every ``bf_interval`` and its main pass on the events between,
 with starts estimated as Slurm's select plugin estimates them, on the
-export's clock: times counted from midnight, so holds round as Slurm's do), and under
-gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
+export's clock: times counted from midnight, so holds round as Slurm's do),
+and under gpufleet's own cycle (``gpufleet_cycle``: ``backfill.interval_s = 0`` and
 ``will_run_window_s = 0``, so backfill at every event, with exact estimates).
 
 ``decisions`` compares decisions rather than histories: the imported
@@ -31,9 +31,11 @@ have made in the same second, 1 s before, 2-5 s before, over 5 s before, or
 not before Slurm. A free replay's figures above cascade from any one
 different decision; these do not.
 
-``--clock-shift S`` replays the jobs S seconds later on the clock: Slurm's
-figures stay, the replay's holds round elsewhere in the minute. It measures
-how much a second of phase alone moves the figures.
+``--origin first`` counts the replay's times from the first submission, as
+before the replay kept the clock's phase. ``--clock-shift S`` replays the
+jobs S seconds later on the clock: Slurm's figures stay, the replay's holds
+round elsewhere in the minute. It measures how much a second of phase alone
+moves the figures.
 
 ``--against FILE`` adds ``slurm_again``: the same figures for another Slurm
 run of the same workload (jobs matched by name), against this one: how far
@@ -69,7 +71,7 @@ from collections import defaultdict
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import tomli_w
@@ -176,27 +178,34 @@ def _imported(conf: Path) -> tuple[list[Node], dict[str, Any]]:
         return load_cluster(cluster), imported.policy
 
 
-def _trace(export: Path, shift_s: int) -> tuple[list[TraceJob], int]:
+Origin = Literal["first", "day"]
+
+
+def _trace(export: Path, shift_s: int, origin: Origin) -> tuple[list[TraceJob], int]:
     """The export's jobs, ``shift_s`` later, and the replay time of its first submission
-    (time 0 of Slurm's starts). Times from midnight keep the clock's phase, on which
-    Slurm rounds its holds."""
-    trace = load_sacct(export, SacctOptions(origin="day"))
+    (time 0 of Slurm's starts). Times from midnight (``origin="day"``) keep the clock's
+    phase, on which Slurm rounds its holds."""
+    trace = load_sacct(export, SacctOptions(origin=origin))
     trace = [replace(t, submit_time=t.submit_time + shift_s) for t in trace]
     return trace, min(t.submit_time for t in trace)
 
 
-def compare(export: Path, conf: Path, own_cycle: bool, shift_s: int = 0) -> dict[str, float]:
+def compare(
+    export: Path, conf: Path, own_cycle: bool, shift_s: int = 0, origin: Origin = "day"
+) -> dict[str, float]:
     """Replay ``export`` under the import of ``conf``; the figures against Slurm's starts."""
     nodes, policy = _imported(conf)
     if own_cycle:
         policy["backfill"].update(interval_s=0, will_run_window_s=0)
-    trace, origin = _trace(export, shift_s)
+    trace, first = _trace(export, shift_s, origin)
     result = replay(nodes, trace, profile_from_dict(policy, "imported"))
-    starts = {r.job.id: r.first_start - origin for r in result.jobs if r.first_start >= 0}
+    starts = {r.job.id: r.first_start - first for r in result.jobs if r.first_start >= 0}
     return figures(_real_starts(export), starts)
 
 
-def decisions(export: Path, conf: Path, shift_s: int = 0) -> dict[str, float]:
+def decisions(
+    export: Path, conf: Path, shift_s: int = 0, origin: Origin = "day"
+) -> dict[str, float]:
     """The imported replay made to start every job when and where Slurm did (steered):
     at each cycle the profile still decides what it would start in that same state.
     The % of Slurm's starts it would first have made in the same second, 1 s before,
@@ -206,8 +215,8 @@ def decisions(export: Path, conf: Path, shift_s: int = 0) -> dict[str, float]:
     replay: what remains is the profile's rule, and when its passes run.
     """
     nodes, policy = _imported(conf)
-    trace, origin = _trace(export, shift_s)
-    real = {job: origin + at for job, at in _real_starts(export).items()}
+    trace, first = _trace(export, shift_s, origin)
+    real = {job: first + at for job, at in _real_starts(export).items()}
     hosts = _real_nodes(export)
     due: defaultdict[int, list[str]] = defaultdict(list)
     for job, at in real.items():
@@ -320,6 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         help="replay the jobs this many seconds later on the clock (how much the phase "
         "within the minute moves the figures)",
     )
+    ap.add_argument(
+        "--origin",
+        choices=("day", "first"),
+        default="day",
+        help="the replay's clock: from midnight, as Slurm's (day), or from the first "
+        "submission (first: holds rounded off the clock's minutes)",
+    )
     args = ap.parse_args(argv)
     jobs = args.jobs or (20 if args.quick else 200)
     if args.export is not None:
@@ -335,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "seed": args.seed if args.export is None else None,
         "jobs_submitted": jobs if args.export is None else None,
-        "imported": compare(export, conf, own_cycle=False, shift_s=args.clock_shift),
-        "gpufleet_cycle": compare(export, conf, own_cycle=True, shift_s=args.clock_shift),
-        "decisions": decisions(export, conf, args.clock_shift),
+        "imported": compare(export, conf, False, args.clock_shift, args.origin),
+        "gpufleet_cycle": compare(export, conf, True, args.clock_shift, args.origin),
+        "decisions": decisions(export, conf, args.clock_shift, args.origin),
         "export": str(export),
     }
     if args.against is not None:
