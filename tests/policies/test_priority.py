@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from builders import cluster, node
@@ -426,3 +428,45 @@ def test_a_cycle_wakes_when_the_priorities_are_next_recomputed(
     plan = run_cycle(replace(snapshot(pending("j", submit_time=0)), now=now), profile)
     assert plan.clocked
     assert plan.wake == wake
+
+
+steps = st.lists(
+    st.tuples(
+        st.integers(0, 400),  # seconds the clock moves
+        st.sampled_from(["none", "arrive", "leave", "usage", "qos", "nice"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps)
+def test_priorities_kept_between_recalculations_are_those_computed_afresh(
+    changes: list[tuple[int, str]],
+) -> None:
+    """One ordering asked cycle after cycle (with ``calc_period_s`` it keeps each job's
+    priority until the next recalculation) agrees with a fresh one every time."""
+    args = MultifactorArgs(calc_period_s=300, weight_job_size=100)
+    kept = Multifactor(args)
+    jobs = [pending(f"j{i}", submit_time=10 * i, user=("alice", "bob")[i % 2]) for i in range(6)]
+    jobs = [replace(j, account="team" if j.user == "alice" else "other") for j in jobs]
+    tree = team_tree()
+    usage = AccountUsage(tree, np.zeros(len(tree)))
+    qos, now = dict(QOS), 100
+    base = snapshot()  # one cluster state throughout, as a driver keeps it
+    for i, (step, change) in enumerate(changes):
+        now += step
+        if change == "arrive":
+            jobs.append(pending(f"new{i}", submit_time=now, qos="high"))
+        elif change == "leave" and jobs:
+            jobs.pop(0)
+        elif change == "usage":  # a new fairshare view: a new object
+            usage = AccountUsage(tree, np.arange(len(tree), dtype=np.float64) * (i + 1))
+        elif change == "qos":  # the same table, changed
+            qos["normal"] = QoS("normal", priority=10 * i)
+        elif change == "nice" and jobs:  # a changed job is a new object
+            jobs[0] = replace(jobs[0], priority_nice=5 * i)
+        snap = replace(base, pending=jobs, accounts=usage, qos=qos, now=now)
+        fresh = Multifactor(args).priorities(snap, jobs, now)
+        assert kept.priorities(snap, jobs, now).tolist() == fresh.tolist()

@@ -105,6 +105,13 @@ class Entries(Sequence[T]):
         return Entries(self.items, self.positions[indices])
 
 
+def subset(items: Sequence[T], indices: IntArray) -> Sequence[T]:
+    """The items at ``indices``; a log's view stays one (``Entries``)."""
+    if isinstance(items, Entries):
+        return items.take(indices)
+    return [items[i] for i in indices.tolist()]
+
+
 class Rows(Generic[T]):
     """A row per object seen, and columns of facts about each row, computed once."""
 

@@ -57,7 +57,7 @@ from typing import Literal, cast
 import numpy as np
 
 from gpufleet.core import walk
-from gpufleet.core.columns import Entries, Rows
+from gpufleet.core.columns import Rows, subset
 from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Request
@@ -128,13 +128,6 @@ def _may_stop(job: Job) -> bool:
 
 def _runs_exclusive(r: RunningJob) -> bool:
     return r.job.exclusive
-
-
-def _subset(jobs: Sequence[Job], indices: IntArray) -> Sequence[Job]:
-    """The jobs at ``indices``; a log's view stays one (``core.columns.Entries``)."""
-    if isinstance(jobs, Entries):
-        return jobs.take(indices)
-    return [jobs[i] for i in indices.tolist()]
 
 
 @dataclass
@@ -279,7 +272,7 @@ def queue_order(
         # Only jobs that may sort among the first few are sorted: those of a higher priority
         # than the first-th's, and of its priority those submitted no later than its.
         chosen = _leading(priorities, submit, first)
-        inner = _sorted(priorities[chosen], _subset(pending, chosen), submit[chosen], first)
+        inner = _sorted(priorities[chosen], subset(pending, chosen), submit[chosen], first)
         return [int(chosen[i]) for i in inner]
     return _sorted(priorities, pending, submit, first)
 
@@ -466,7 +459,7 @@ class _Cycle:
             plan.reasons.update(zip(ids.tolist(), reasons, strict=True))
             keep = np.setdiff1d(np.arange(len(rows)), stopped, assume_unique=True)
             rows = rows[keep]
-            candidates = _subset(s.pending, keep)
+            candidates = subset(s.pending, keep)
         else:
             candidates = s.pending
         if candidates:

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.accounts import AccountTree, AccountUsage, FloatArray, IntArray
-from gpufleet.core.columns import Rows
+from gpufleet.core.columns import Rows, subset
 from gpufleet.core.job import Job
 from gpufleet.core.model import MILLI
 from gpufleet.core.snapshot import Snapshot
@@ -153,6 +153,8 @@ class Multifactor:
         self.columns = QueueColumns()
         self._fairshare: tuple[AccountUsage, FloatArray] | None = None
         self._index: tuple[AccountTree, list[tuple[str, str]], IntArray] | None = None
+        # Priorities by row while the period and the facts they read stay (``priorities``).
+        self._kept: tuple[tuple[object, ...], tuple[object, ...], FloatArray] | None = None
 
     @property
     def clocked(self) -> bool:
@@ -166,7 +168,41 @@ class Multifactor:
         return now - now % period + period if period else None
 
     def priorities(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> FloatArray:
-        return weighted_priority(self.args, self.factors(snapshot, pending, now))
+        """Each job's priority; with ``calc_period_s``, kept per job until the next
+        recalculation, as Slurm keeps them: age counts to the period's start, and
+        the rest reads the same snapshot facts until then (a changed job is a new
+        object, so a new row)."""
+        if not self.args.calc_period_s:
+            return weighted_priority(self.args, self.factors(snapshot, pending, now))
+        rows = self.columns.rows(pending)
+        period = self.args.calc_period_s
+        key = (
+            now - now % period,
+            snapshot.state.epoch,
+            dict(snapshot.qos),
+            dict(snapshot.partitions),
+            dict(snapshot.fairshare),
+        )
+        same = (self.columns.objects, snapshot.accounts, snapshot.state)  # by identity
+        kept = self._kept
+        if (
+            kept is None
+            or kept[0] != key
+            or any(a is not b for a, b in zip(kept[1], same, strict=True))
+        ):
+            kept = self._kept = (key, same, np.zeros(0))
+        known = kept[2]
+        if len(known) < len(self.columns.objects):
+            grown = np.full(len(self.columns.objects), np.nan)
+            grown[: len(known)] = known
+            known = grown
+            self._kept = (key, same, known)
+        out = known[rows]
+        missing = np.flatnonzero(np.isnan(out))
+        if len(missing):
+            fresh = self.factors(snapshot, subset(pending, missing), now)
+            out[missing] = known[rows[missing]] = weighted_priority(self.args, fresh)
+        return out
 
     def factors(self, snapshot: Snapshot, pending: Sequence[Job], now: int) -> Factors:
         """Every factor for every job, aligned with ``pending`` (what ``sprio`` shows).
