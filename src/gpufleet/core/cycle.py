@@ -645,8 +645,9 @@ class _Cycle:
             # What the rest of the window may need of the same kind, found at once.
             rest = np.zeros(n, dtype=np.bool_)
             rest[at:] = admitted[at:] & ~alone[at:] & ~blocked[part[at:]]
-            if why == ROOM:
-                for k in _kinds_needing(kind, rest & (length < failed[kind]) & ~has_room[kind]):
+            if why == ROOM:  # without backfill a partition's first test that fails blocks it
+                rest &= (length < failed[kind]) & ~has_room[kind]
+                for k in _kinds_needing(kind, rest) if bf is not None else [need]:
                     room[k], has_room[k] = self._room(requests[k]), True
             else:
                 rest &= (length < unplanned[kind]) & ~has_times[kind]
