@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 from numba import njit
@@ -275,6 +275,13 @@ class WillRun:
         return np.where(late, last[at], times)
 
 
+@lru_cache(maxsize=1024)
+def _one_task(r: Request) -> Request:
+    """One task of ``r``: its node times do not depend on the gang size, so gangs share
+    them. Kept, as each timeline asks again for the same few gangs."""
+    return r if r.nodes == 1 else replace(r, nodes=1)
+
+
 @dataclass(frozen=True)
 class PlannedStart:
     """Where and when a waiting job is planned to start, and the span its nodes are
@@ -398,8 +405,7 @@ class Timeline:
         if ev is None:
             times = self._times.get(r)
             if times is None:
-                # One task's times do not depend on the gang size: gangs share them.
-                task = r if r.nodes == 1 else replace(r, nodes=1)
+                task = _one_task(r)
                 times = self._times.get(task)
                 if times is None:
                     times = self._times[task] = self._node_times(task, self._events())
