@@ -325,9 +325,9 @@ def _compact(codes: IntArray) -> tuple[IntArray, IntArray]:
     return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
 
 
-def _kinds_needing(kind: IntArray, jobs: BoolArray) -> list[int]:
-    """The kinds of the ``jobs``."""
-    kinds: list[int] = _compact(kind[jobs])[0].tolist()
+def _kinds_of(kind: IntArray, jobs: BoolArray) -> list[int]:
+    """The kinds (indices into a window's shapes) of the ``jobs``, in order."""
+    kinds: list[int] = np.flatnonzero(np.bincount(kind[jobs])).tolist()
     return kinds
 
 
@@ -598,7 +598,7 @@ class _Cycle:
         room = np.zeros((len(shapes), width), dtype=np.bool_)
         has_room = np.zeros(len(shapes), dtype=np.bool_)
         never = np.zeros(len(shapes), dtype=np.bool_)
-        for i in _compact(kind[admitted & ~alone & ~blocked[part]])[0].tolist():
+        for i in _kinds_of(kind, admitted & ~alone & ~blocked[part]):
             shape, key, r = shapes[i], shape_keys[i], requests[i]
             nodes[i] = self._plain_access(key[1], _where(*key[3][:3])).nodes
             if shape.never is None:
@@ -647,12 +647,12 @@ class _Cycle:
             rest[at:] = admitted[at:] & ~alone[at:] & ~blocked[part[at:]]
             if why == ROOM:  # without backfill a partition's first test that fails blocks it
                 rest &= (length < failed[kind]) & ~has_room[kind]
-                for k in _kinds_needing(kind, rest) if bf is not None else [need]:
+                for k in _kinds_of(kind, rest) if bf is not None else [need]:
                     room[k], has_room[k] = self._room(requests[k]), True
             else:
                 rest &= (length < unplanned[kind]) & ~has_times[kind]
                 several = limits[1] - counters[PLANNED] > 1
-                for k in _kinds_needing(kind, rest) if several else [need]:
+                for k in _kinds_of(kind, rest) if several else [need]:
                     times[k], has_times[k] = self.timeline.times_on(requests[k], nodes[k]), True
         w = slice(0, at)
         ids = queue.column("id", object)[w]
