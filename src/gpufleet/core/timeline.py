@@ -374,7 +374,8 @@ class Timeline:
                 live[rows] = True
                 live[table.rows_of(gone)] = False
                 running = running.where(live)
-            self._holders = running.merged(_Flat.of(list(self._added.values())))
+            added = list(self._added.values())
+            self._holders = running.merged(_Flat.of(added)) if added else running
         return self._holders
 
     def _events(self, seen: BoolArray | None = None, since: int = 0) -> _Events:
