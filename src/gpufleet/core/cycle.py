@@ -699,10 +699,12 @@ class _Cycle:
         words = np.where(reason == walk.ADMISSION, said, _WORDS[reason])
         self.plan.reasons.update(zip(ids.tolist(), words.tolist(), strict=True))
         planned = np.flatnonzero(start >= 0)
+        planned_ids = ids[planned].tolist()
+        self.plan.expected_start.update(zip(planned_ids, start[planned].tolist(), strict=True))
         ends = np.cumsum(gangs[planned]).tolist()
-        for i, lo, hi in zip(planned.tolist(), [0, *ends], ends, strict=False):
-            self.plan.expected_start[ids[i]] = int(start[i])
-            self.plan.expected_nodes[ids[i]] = tuple(nodes[lo:hi].tolist())
+        flat = nodes.tolist()
+        chosen = (tuple(flat[lo:hi]) for lo, hi in zip([0, *ends], ends, strict=False))
+        self.plan.expected_nodes.update(zip(planned_ids, chosen, strict=True))
 
     def _consider(self, job: Job) -> None:
         plan = self.plan
