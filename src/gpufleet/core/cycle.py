@@ -661,8 +661,8 @@ class _Cycle:
             shape.failed_at, shape.unplanned_at = int(failed[i]), int(unplanned[i])
             if has_unfit[i]:
                 shape.unfit = unfit[i]
-        self.waiting.update(p for p, w in zip(names, waiting.tolist(), strict=True) if w)
-        self.strict_blocked.update(p for p, b in zip(names, blocked.tolist(), strict=True) if b)
+        self.waiting.update(p for p, yes in zip(names, waiting.tolist(), strict=True) if yes)
+        self.strict_blocked.update(p for p, yes in zip(names, blocked.tolist(), strict=True) if yes)
         self.tested, self.planned_count = int(counters[TESTED]), int(counters[PLANNED])
         if counters[CUT_UNKNOWN]:
             self._cut_off(None, horizon)
