@@ -193,7 +193,6 @@ def test_blocks_answer_as_a_list_of_spans_does(
         kept.append((n, start, start + span))
     for n, at in queries:
         assert bool(blocks.usable(at, length)[n]) == (not overlaps(kept, n, at, length))
-        assert bool(blocks.usable(at, length)[n]) == (at + length <= blocks.free_until(at)[n])
         times = np.full(4, at, dtype=np.int64)
         first = int(blocks.shift(times, length)[n])
         assert not overlaps(kept, n, first, length)

@@ -116,15 +116,6 @@ def usable_over(
 
 
 @njit(cache=True, nogil=True)
-def _free_until(nodes: int, node: IntArray, start: IntArray, end: IntArray, at: int) -> IntArray:
-    out = np.full(nodes, NEVER, dtype=np.int64)
-    for i in range(len(node)):
-        if end[i] > at:
-            out[node[i]] = min(out[node[i]], start[i])
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _shift(
     times: IntArray, length: int, node: IntArray, start: IntArray, end: IntArray
 ) -> IntArray:
@@ -226,11 +217,6 @@ class Blocks:
     def usable(self, at: int, length: int) -> BoolArray:
         """Nodes a job may hold over [at, at + length) without overlapping a block."""
         return usable_over(self.nodes, self.node, self.start, self.end, at, length)
-
-    def free_until(self, at: int) -> IntArray:
-        """Per node, the first start of a span that ends after ``at`` (NEVER: none): a job
-        over [at, at + L) may use the node (``usable``) exactly when at + L <= it."""
-        return _free_until(self.nodes, self.node, self.start, self.end, at)
 
     def next_end(self, after: int, nodes: BoolArray) -> int | None:
         """The first end of a span on ``nodes`` after ``after`` (None: none)."""
