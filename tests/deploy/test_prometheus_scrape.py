@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -83,10 +84,27 @@ class Prometheus:
     def __init__(self, url: str) -> None:
         self.http = httpx.Client(base_url=url, timeout=10)
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        answer = self.http.get("/api/v1/query", params={"query": expr}).json()
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """``expr`` evaluated now, or at the Unix time ``at``."""
+        params = {"query": expr} if at is None else {"query": expr, "time": str(at)}
+        answer = self.http.get("/api/v1/query", params=params).json()
         assert answer["status"] == "success", answer
         return list(answer["data"]["result"])
+
+    def scraped_whole(self) -> float:
+        """A moment whose latest scrape succeeded, for queries that must see one scrape.
+
+        A failed scrape (a slow answer on a loaded machine) marks every series of the
+        target stale until the next one, so queries made one after another "now" could
+        see a series vanish between them.
+        """
+
+        def moment() -> float | None:
+            at = time.time()
+            up = self.query('up{job="gpufleet"}', at)
+            return at if [s["value"][1] for s in up] == ["1"] else None
+
+        return float(until("a successful scrape", moment))
 
     def firing(self) -> list[dict[str, Any]]:
         alerts = self.http.get("/api/v1/alerts").json()["data"]["alerts"]
@@ -162,11 +180,12 @@ def _ready(prometheus: Prometheus) -> bool:
 def test_every_gpu_of_every_agent_has_its_dcgm_series(scraped: tuple[Prometheus, str]) -> None:
     prometheus, job = scraped
 
-    def four() -> list[dict[str, Any]]:
-        found = prometheus.query("DCGM_FI_DEV_GPU_TEMP")
-        return found if len(found) == 4 else []
+    def four() -> tuple[float, list[dict[str, Any]]] | None:
+        at = prometheus.scraped_whole()
+        found = prometheus.query("DCGM_FI_DEV_GPU_TEMP", at)
+        return (at, found) if len(found) == 4 else None
 
-    temps = until("4 GPU temperatures", four)
+    at, temps = until("4 GPU temperatures", four)
     got = {(s["metric"]["Hostname"], s["metric"]["gpu"]): s for s in temps}
     assert set(got) == {(n, str(i)) for n in NODES for i in range(2)}
     holders = 0
@@ -184,8 +203,8 @@ def test_every_gpu_of_every_agent_has_its_dcgm_series(scraped: tuple[Prometheus,
     for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
                  "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
                  "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE"):  # fmt: skip
-        assert len(prometheus.query(name)) == 4, name
-    xid = prometheus.query("DCGM_FI_DEV_XID_ERRORS > 0")
+        assert len(prometheus.query(name, at)) == 4, name
+    xid = prometheus.query("DCGM_FI_DEV_XID_ERRORS > 0", at)
     assert [(s["metric"]["Hostname"], s["metric"]["gpu"], s["value"][1]) for s in xid] == [
         ("n2", "1", "79")
     ]
@@ -193,26 +212,29 @@ def test_every_gpu_of_every_agent_has_its_dcgm_series(scraped: tuple[Prometheus,
 
 def test_the_scheduler_series_are_scraped(scraped: tuple[Prometheus, str]) -> None:
     prometheus, _ = scraped
-    assert [s["value"][1] for s in prometheus.query('up{job="gpufleet"}')] == ["1"]
-    running = prometheus.query("gpufleet_jobs_running")
+    at = prometheus.scraped_whole()
+    running = prometheus.query("gpufleet_jobs_running", at)
     assert [(s["metric"]["partition"], s["metric"]["account"], s["value"][1]) for s in running] == [
         ("gpu", "vision", "1")
     ]
-    up = prometheus.query("gpufleet_node_up == 1")
+    up = prometheus.query("gpufleet_node_up == 1", at)
     assert sorted(s["metric"]["node"] for s in up) == list(NODES)
-    cycles = prometheus.query("gpufleet_scheduler_cycle_duration_seconds_count")
+    cycles = prometheus.query("gpufleet_scheduler_cycle_duration_seconds_count", at)
     assert cycles and float(cycles[0]["value"][1]) >= 1
-    started = prometheus.query("gpufleet_jobs_started_total")
+    started = prometheus.query("gpufleet_jobs_started_total", at)
     assert [s["value"][1] for s in started] == ["1"]
+
     # The XID 79 on n2 (GPU fallen off the bus) has the agent's health check drain n2,
     # so the partition's usable GPUs are n1's two: idle but for the job's, if it ran
     # there (it may have started on n2 before the drain).
-    until(
-        "n2 drained",
-        lambda: [s["value"][1] for s in prometheus.query("gpufleet_partition_gpus")] == ["2"],
-    )
-    held = prometheus.query('DCGM_FI_DEV_GPU_UTIL{hpc_job!="", Hostname="n1"}')
-    idle = prometheus.query("gpufleet_partition_gpus_idle")
+    def drained() -> float | None:
+        at = prometheus.scraped_whole()
+        gpus = prometheus.query("gpufleet_partition_gpus", at)
+        return at if [s["value"][1] for s in gpus] == ["2"] else None
+
+    at = until("n2 drained", drained)
+    held = prometheus.query('DCGM_FI_DEV_GPU_UTIL{hpc_job!="", Hostname="n1"}', at)
+    idle = prometheus.query("gpufleet_partition_gpus_idle", at)
     assert [s["value"][1] for s in idle] == [str(2 - len(held))]
 
 
@@ -232,10 +254,11 @@ def test_the_rules_fire_on_the_scraped_series(scraped: tuple[Prometheus, str]) -
 
 def test_the_dashboards_query_the_scraped_series(scraped: tuple[Prometheus, str]) -> None:
     prometheus, job = scraped
+    at = prometheus.scraped_whole()
     answered = {}
     for path in BOARDS:
         for expr in expressions(board(path)):
-            answered[expr] = prometheus.query(concrete(expr, {"hpc_job": job}))  # evaluates
+            answered[expr] = prometheus.query(concrete(expr, {"hpc_job": job}), at)  # evaluates
     # The job's panels find its one GPU.
     mine = [expr for expr in answered if "$hpc_job" in expr]
     assert len(mine) == 8
