@@ -18,7 +18,9 @@ default ``max_job_test`` (500):
 Each replay runs in a fresh process, ``--repeat`` times; the JSON on the
 last line gives each policy's median wall time (trace loading excluded) and
 median CPU time (on a shared machine wall time measures the share of the
-CPUs a run got, CPU time the work it did), its cycles (and how many periodic
+CPUs a run got, CPU time the work it did), the warm-up before them (the
+quick trace replayed once, which compiles the numba kernels after an
+install or loads them from numba's cache), its cycles (and how many periodic
 ones were skipped), and the queue: the mean and peak number of waiting jobs
 and the share of the replay's time with at least 10,000 waiting. ``--only
 NAME`` runs one policy. ``--quick`` replays 100 jobs of the same kind on 8
@@ -80,6 +82,11 @@ def one(name: str, quick: bool, jobs_n: int | None) -> dict[str, Any]:
         trace = trace.replace("n_jobs=15000", f"n_jobs={jobs_n}")
     jobs = load_trace(trace)
     profile = profile_from_dict({**POLICIES[name], "placement": {"plugin": "best-fit"}}, name)
+    # The quick trace first: numba compiles the kernels the policy uses on their first
+    # call (about 16 s for all of them after an install, cached on disk after that).
+    warm = time.perf_counter()
+    replay(nodes(8), load_trace(QUICK_TRACE), profile)
+    warmup = time.perf_counter() - warm
     start, cpu = time.perf_counter(), time.process_time()
     result = replay(nodes(8 if quick else 64), jobs, profile)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -87,6 +94,7 @@ def one(name: str, quick: bool, jobs_n: int | None) -> dict[str, Any]:
     spans = [(b.time - a.time, a.pending) for a, b in pairwise(samples)]
     span = sum(d for d, _ in spans) or 1
     return {
+        "warmup_s": round(warmup, 2),
         "wall_s": round(seconds, 2),
         "cpu_s": round(cpu, 2),
         "cycles": result.cycles,
