@@ -33,3 +33,30 @@ def test_load_refuses_usage_that_does_not_fit(bad: list[float]) -> None:
     led = ledger()
     with pytest.raises(ValueError):
         led.load(bad, at=0)
+
+
+@pytest.mark.parametrize(
+    ("recalc_s", "first", "same", "new"),
+    [
+        (300, 170, [170, 299], 300),  # the next multiple, not 170 + 300
+        (300, 300, [300, 599], 600),
+        (300, 0, [0, 299], 300),
+        (0, 170, [], 171),  # 0: every view is fresh
+    ],
+)
+def test_views_change_at_multiples_of_the_recalc_period(
+    recalc_s: int, first: int, same: list[int], new: int
+) -> None:
+    """As multifactor's ``calc_period_s`` moves priorities at its multiples, so that a
+    period of the same length recomputes usage and priorities at once (Slurm's one
+    decay thread), and a replay wakes once per period, not twice."""
+    tree = AccountTree([Account("a")], [User("u", "a")])
+    led = UsageLedger(tree, FairshareArgs(), {"normal": QoS("normal")}, recalc_s=recalc_s)
+    led.load(np.ones(len(tree)), at=0)
+    seen = led.view(first)
+    assert led.next_view() == (first - first % recalc_s + recalc_s if recalc_s else first)
+    for t in same:
+        assert led.view(t) is seen
+    fresh = led.view(new)
+    assert fresh is not seen
+    assert fresh.usage[1] < seen.usage[1]  # decayed since

@@ -27,8 +27,8 @@ class UsageLedger:
     GPU-seconds per second of every association and decays and charges the
     usage in one vector step whenever that rate changes. Each job's rate is
     what ``charge`` bills it for one second, cached by what it depends on.
-    Orderings see a new ``AccountUsage`` at most every ``recalc_s`` seconds,
-    as Slurm recomputes fairshare every PriorityCalcPeriod. ``state`` (whose
+    Orderings see a new ``AccountUsage`` at most once per ``recalc_s`` seconds,
+    at their multiples, as Slurm recomputes fairshare every PriorityCalcPeriod. ``state`` (whose
     nodes' GPU models set the billing weight) is set by the ``JobBook`` that
     owns the ledger.
     """
@@ -101,13 +101,20 @@ class UsageLedger:
         return AccountUsage(self.tree, np.maximum(self.usage, 0.0))
 
     def next_view(self) -> int | None:
-        """When ``view`` next gives a new usage (None: at its first call)."""
-        return None if self.snapshot_at is None else self.snapshot_at + self.recalc_s
+        """When ``view`` next gives a new usage (None: at its first call): the next
+        multiple of ``recalc_s``, where multifactor's ``calc_period_s`` of the same
+        length recomputes priorities, as Slurm's one thread decays usage and
+        recomputes priorities together."""
+        at, step = self.snapshot_at, self.recalc_s
+        if at is None or not step:
+            return at
+        return at - at % step + step
 
     def view(self, now: int) -> AccountUsage:
         """The usage orderings see at ``now``."""
         self._accrue(now)
-        if self.snapshot_at is None or now - self.snapshot_at >= self.recalc_s:
+        due = self.next_view()
+        if due is None or now >= due:
             # Subtracting rates can leave -1e-12 where a rate went back to 0.
             self.snapshot = AccountUsage(self.tree, np.maximum(self.usage, 0.0))
             self.snapshot_at = now

@@ -152,7 +152,7 @@ class SimConfig(BaseModel):
     mttr_s: float = Field(3600.0, gt=0, description="mean time to repair a failed node")
     seed: int = Field(0, ge=0, description="seeds fault injection and random placement")
     priority_calc_s: int = Field(
-        300, ge=0, description="fairshare recomputed at most this often (PriorityCalcPeriod)"
+        300, ge=0, description="fairshare recomputed at each multiple of this (PriorityCalcPeriod)"
     )
     sample_s: int | None = Field(
         None, gt=0, description="time series step; None: about 500 samples over the trace"
