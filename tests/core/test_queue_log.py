@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from gpufleet.core.columns import Entries, Log, Rows
 from gpufleet.core.cycle import queue_order
 from gpufleet.core.job import Job
+from gpufleet.core.order import leading
 from scenario.harness import qjob
 
 
@@ -39,6 +40,21 @@ def test_the_first_jobs_are_those_of_the_full_sort(
     submit = np.array([t for _, t in keys], dtype=np.int64)
     whole = queue_order(prio, jobs, submit)
     assert queue_order(prio, jobs, submit, first) == whole[:first]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, -1.0, -2.5]), st.integers(0, 4)), min_size=1),
+    st.data(),
+)
+def test_leading_keeps_exactly_the_keys_up_to_the_first_th(
+    keys: list[tuple[float, int]], data: st.DataObject
+) -> None:
+    first = data.draw(st.integers(1, len(keys)))
+    neg = np.array([p for p, _ in keys])
+    submit = np.array([t for _, t in keys], dtype=np.int64)
+    kth = sorted(keys)[first - 1]
+    assert leading(neg, submit, first).tolist() == [i for i, k in enumerate(keys) if k <= kth]
 
 
 def _job(key: str, version: int) -> Job:

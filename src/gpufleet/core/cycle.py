@@ -61,6 +61,7 @@ from gpufleet.core.columns import Rows, subset
 from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Request
+from gpufleet.core.order import leading
 from gpufleet.core.placement import Mode, PlacementContext, PlacementProfile, Placer
 from gpufleet.core.plan import (
     BEGIN_TIME,
@@ -271,7 +272,7 @@ def queue_order(
     if first and 2 * first < len(pending):
         # Only jobs that may sort among the first few are sorted: those of a higher priority
         # than the first-th's, and of its priority those submitted no later than its.
-        chosen = _leading(priorities, submit, first)
+        chosen = leading(-priorities, submit, first)
         inner = _sorted(priorities[chosen], subset(pending, chosen), submit[chosen], first)
         return [int(chosen[i]) for i in inner]
     return _sorted(priorities, pending, submit, first)
@@ -293,19 +294,6 @@ def _sorted(
         lo, hi = int(run[0]), int(run[-1]) + 2
         result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
     return result[:cut]
-
-
-def _leading(priorities: FloatArray, submit: IntArray, first: int) -> IntArray:
-    """Indices of a superset of the ``first`` jobs by (priority desc, submit), ties included."""
-    neg = -priorities
-    kth = np.partition(neg, first - 1)[first - 1]
-    ahead = np.flatnonzero(neg < kth)
-    tied = np.flatnonzero(neg == kth)
-    need = first - len(ahead)
-    if len(tied) > need:
-        at = submit[tied]
-        tied = tied[at <= np.partition(at, need - 1)[need - 1]]
-    return np.concatenate([ahead, tied])
 
 
 CALM = 8

@@ -1,0 +1,52 @@
+"""The first jobs of a deep queue, compiled: which jobs ``core.cycle.queue_order`` must
+sort when a cycle considers only the first few (``[ordering] queue_depth``).
+
+One quickselect over (priority descending, submit time) finds the ``first``-th
+job's key; every job whose key is no greater is kept, ties included, so the
+sort that follows (which breaks ties by id) sees every job that may be among
+the first. numpy would need a partition per key and the masks between.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from gpufleet.core.accounts import FloatArray
+from gpufleet.core.state import IntArray
+
+
+@njit(cache=True, nogil=True)
+def leading(neg: FloatArray, submit: IntArray, first: int) -> IntArray:
+    """Indices, ascending, of the jobs whose (``neg``, ``submit``) is at most the
+    ``first``-th smallest (1 <= ``first`` <= the number of jobs)."""
+    n = len(neg)
+    idx = np.arange(n)
+    lo, hi, k = 0, n - 1, first - 1
+    while lo < hi:  # Hoare's selection: idx[k] ends as the k-th smallest key
+        p = idx[(lo + hi) // 2]
+        pn, ps = neg[p], submit[p]
+        i, j = lo, hi
+        while i <= j:
+            while neg[idx[i]] < pn or (neg[idx[i]] == pn and submit[idx[i]] < ps):
+                i += 1
+            while neg[idx[j]] > pn or (neg[idx[j]] == pn and submit[idx[j]] > ps):
+                j -= 1
+            if i <= j:
+                idx[i], idx[j] = idx[j], idx[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    kn, ks = neg[idx[k]], submit[idx[k]]
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for v in range(n):
+        if neg[v] < kn or (neg[v] == kn and submit[v] <= ks):
+            out[m] = v
+            m += 1
+    return out[:m]
