@@ -85,7 +85,6 @@ from gpufleet.core.protocols import (
     Ordering,
     PreemptionRequest,
     Preemptor,
-    QuietGate,
     Repartitioner,
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
@@ -435,7 +434,8 @@ class _Cycle:
         self.bulk = all(callable(getattr(a, "admit_all", None)) for a in profile.admission)
         gate = profile.gate
         # A gate that is quiet for this snapshot is asked only about jobs naming a reservation.
-        self.quiet_gate = gate is None or (isinstance(gate, QuietGate) and gate.quiet(snapshot))
+        quiet = getattr(gate, "quiet", None)  # a QuietGate's
+        self.quiet_gate = gate is None or (callable(quiet) and bool(quiet(snapshot)))
 
     # -- the walk ------------------------------------------------------------
     def run(self) -> Plan:

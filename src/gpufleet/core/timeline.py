@@ -306,6 +306,7 @@ class Timeline:
         self._running = running
         self._flattened = flattened if flattened is not None else RunningEvents()
         self._rows = rows
+        self._running_rows: BoolArray | None = None  # ``rows`` as a mask, once asked
         self._removed: set[str] = set()
         self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
         self._holders: _Flat | None = None
@@ -331,7 +332,11 @@ class Timeline:
         """Whether a running job of id ``key`` is among the holders ``_flat`` found."""
         if key in self._removed or self._rows is None:
             return False
-        return bool(np.isin(self._flattened.rows_of([key]), self._rows).any())
+        table = self._flattened
+        if self._running_rows is None or len(self._running_rows) < len(table.objects):
+            self._running_rows = np.zeros(len(table.objects), dtype=np.bool_)
+            self._running_rows[self._rows] = True
+        return bool(self._running_rows[table.rows_of([key])].any())
 
     def remove(self, key: str) -> None:
         """``key`` no longer holds anything (it was preempted or finished)."""
