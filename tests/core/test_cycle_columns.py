@@ -148,6 +148,25 @@ def test_tally_of_running_sums_per_key() -> None:
     assert tally.qos_milli == {"normal": 2500, "high": 1000}
 
 
+def test_a_tally_of_running_counts_the_starts_made_before_it_is_read() -> None:
+    """It sums the running jobs when first read, and the cycle's starts and preemptions
+    made before then count as if made after."""
+    running = [qjob("a").gpus(2).user("u0", "x").job(state=JobState.RUNNING, start_time=0)]
+    table = RunningEvents()
+    rows = table.rows([RunningJob(j, (), 100) for j in running])
+    started = qjob("b").gpus(1).user("u0", "x").job()
+    lazy = Tally.of_running(table, rows)
+    lazy.add(started)
+    lazy.add(running[0], -1)
+    eager = Tally.of_running(table, rows)
+    assert eager.user_jobs == {("normal", "u0"): 1}  # read first: summed now
+    eager.add(started)
+    eager.add(running[0], -1)
+    for kind in ("user_jobs", "user_milli", "account_milli", "qos_milli"):
+        assert getattr(lazy, kind) == getattr(eager, kind), kind
+    assert lazy.user_milli == {("normal", "u0"): 1000}
+
+
 class OneByOne:
     """The same limit without ``admit_all``: the cycle must consider every job alone."""
 

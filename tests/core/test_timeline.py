@@ -84,20 +84,35 @@ def hms(text: str) -> int:
 
 
 def test_ends_are_taken_off_in_batches_30_s_wide_then_doubling() -> None:
-    ends = np.array([hms(t) for t in ("47:14", "47:45", "47:57", "48:04", "48:10", "48:50",
-                                       "49:03", "49:46", "50:52")])
+    ends = np.array(
+        [
+            hms(t)
+            for t in (
+                "47:14",
+                "47:45",
+                "47:57",
+                "48:04",
+                "48:10",
+                "48:50",
+                "49:03",
+                "49:46",
+                "50:52",
+            )
+        ]
+    )
     got = WillRun().batched(ends, hms("46:19"), ends)
     # First batch: up to 47:30 + 30 s; then to 47:30 + 60 s, + 120 s, + 240 s.
     assert [t - 2760 for t in got.tolist()] == [
-        hms(t) - 2760 for t in ("47:57", "47:57", "47:57", "48:10", "48:10", "49:03",
-                                "49:03", "50:52", "50:52")
+        hms(t) - 2760
+        for t in ("47:57", "47:57", "47:57", "48:10", "48:10", "49:03", "49:03", "50:52", "50:52")
     ]
     # bf_window_linear=60: windows of 30, 90, 150 s past 47:30.
     linear = WillRun(30, 60).batched(ends, hms("46:19"), ends)
     assert linear.tolist()[3:8] == [hms(t) for t in ("48:50",) * 3 + ("49:46",) * 2]
     # Times at or before now stay; so do ends on nodes the estimate does not look at.
     assert WillRun().batched(np.array([100, hms("52:00")]), 200, ends).tolist() == [
-        100, hms("52:00")
+        100,
+        hms("52:00"),
     ]
 
 

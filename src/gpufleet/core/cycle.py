@@ -965,9 +965,7 @@ class _Cycle:
             self.strict_blocked.add(job.partition)
             return
         length = self._length(job)
-        if length >= shape.unplanned_at or not backfill.wants_planned_start(
-            self.planned_count
-        ):
+        if length >= shape.unplanned_at or not backfill.wants_planned_start(self.planned_count):
             return
         horizon = backfill.horizon(self.now)
         exact = self.timeline.will_run is None  # then a start past the horizon is found too

@@ -102,7 +102,10 @@ class PlacementContext:
         """The same request with only the options where ``keep`` is true."""
         o = self.options
         return PlacementContext(
-            self.state, self.request, self.feasible, Options(o.node[keep], o.gpu[keep]),
+            self.state,
+            self.request,
+            self.feasible,
+            Options(o.node[keep], o.gpu[keep]),
             self.gang_nodes,
         )
 

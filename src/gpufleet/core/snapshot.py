@@ -73,6 +73,12 @@ class Snapshot:
 
 
 TallyKind = Literal["user_jobs", "user_milli", "account_milli", "qos_milli"]
+_Sums = tuple[
+    defaultdict[tuple[str, str], int],
+    defaultdict[tuple[str, str], int],
+    defaultdict[tuple[str, str], int],
+    defaultdict[str, int],
+]
 
 
 class Tally:
@@ -80,44 +86,76 @@ class Tally:
 
     GPU amounts are milli-GPU (see ``job.gpu_milli_equivalent``). Keys are
     (QoS, user) for the user counts, (QoS, account) and QoS for the others.
+    One made ``of_running`` sums its jobs when first read: most cycles of a
+    site without limits never read it.
     """
 
     def __init__(self) -> None:
-        self.user_jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.user_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.account_milli: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.qos_milli: defaultdict[str, int] = defaultdict(int)
+        self._sums: _Sums = (defaultdict(int), defaultdict(int), defaultdict(int), defaultdict(int))
+        self._source: tuple[RunningEvents, IntArray] | None = None
+        self._added: list[tuple[Job, int]] = []  # before the source was summed
         self._memo: dict[TallyKind, tuple[Sequence[Hashable], dict[Hashable, int], IntArray]] = {}
 
     @classmethod
     def of_running(cls, table: RunningEvents, rows: IntArray) -> Tally:
-        """The tally of the running jobs at ``rows`` of ``table``, summed per key in one pass."""
+        """The tally of the running jobs at ``rows`` of ``table`` (rows only grow)."""
         tally = cls()
-        milli = table.values("gpu_milli", _running_milli)[rows]
-        sums: list[
-            tuple[dict[Any, int], str, Callable[[RunningJob], Hashable], IntArray | None]
-        ] = [
-            (tally.user_jobs, "qos,user", _qos_user, None),
-            (tally.user_milli, "qos,user", _qos_user, milli),
-            (tally.account_milli, "qos,account", _qos_account, milli),
-            (tally.qos_milli, "qos", _qos, milli),
-        ]
-        for counter, column, key, weights in sums:
-            codes, keys = table.codes(column, key)
-            if len(keys):
-                total = np.bincount(codes[rows], weights, minlength=len(keys))
-                held = np.flatnonzero(total)  # of every key ever seen, those held now
-                amounts = total[held].astype(np.int64).tolist()
-                counter.update(zip([keys[i] for i in held.tolist()], amounts, strict=True))
+        tally._source = table, rows
         return tally
 
+    def _summed(self) -> _Sums:
+        """The four sums, the running jobs' added in one pass the first time."""
+        if self._source is not None:
+            table, rows = self._source
+            self._source = None
+            milli = table.values("gpu_milli", _running_milli)[rows]
+            columns: tuple[tuple[str, Callable[[RunningJob], Hashable], IntArray | None], ...] = (
+                ("qos,user", _qos_user, None),
+                ("qos,user", _qos_user, milli),
+                ("qos,account", _qos_account, milli),
+                ("qos", _qos, milli),
+            )
+            sums: tuple[defaultdict[Any, int], ...] = self._sums
+            for counter, (column, key, weights) in zip(sums, columns, strict=True):
+                codes, keys = table.codes(column, key)
+                if len(keys):
+                    total = np.bincount(codes[rows], weights, minlength=len(keys))
+                    held = np.flatnonzero(total)  # of every key ever seen, those held now
+                    amounts = total[held].astype(np.int64).tolist()
+                    counter.update(zip([keys[i] for i in held.tolist()], amounts, strict=True))
+            for job, sign in self._added:
+                self.add(job, sign)
+            self._added.clear()
+        return self._sums
+
+    @property
+    def user_jobs(self) -> defaultdict[tuple[str, str], int]:
+        return self._summed()[0]
+
+    @property
+    def user_milli(self) -> defaultdict[tuple[str, str], int]:
+        return self._summed()[1]
+
+    @property
+    def account_milli(self) -> defaultdict[tuple[str, str], int]:
+        return self._summed()[2]
+
+    @property
+    def qos_milli(self) -> defaultdict[str, int]:
+        return self._summed()[3]
+
     def add(self, job: Job, sign: int = 1) -> None:
+        """Count ``job`` in (``sign`` -1: out), as a cycle starts (or preempts) it."""
+        if self._source is not None:  # added when first read
+            self._added.append((job, sign))
+            return
         milli = sign * job.gpu_milli
         user, account = (job.qos, job.user), (job.qos, job.account)
-        self.user_jobs[user] += sign
-        self.user_milli[user] += milli
-        self.account_milli[account] += milli
-        self.qos_milli[job.qos] += milli
+        jobs, user_milli, account_milli, qos_milli = self._sums
+        jobs[user] += sign
+        user_milli[user] += milli
+        account_milli[account] += milli
+        qos_milli[job.qos] += milli
         changes: tuple[tuple[TallyKind, Hashable, int], ...] = (
             ("user_jobs", user, sign),
             ("user_milli", user, milli),
