@@ -502,7 +502,7 @@ class NotFirst:
         return keep
 
 
-VARIANTS = ["plain", "filtered", "exclusive", "excluded", "will-run"]
+VARIANTS = ["plain", "filtered", "exclusive", "excluded", "will-run", "mig"]
 
 
 @settings(max_examples=30, deadline=None)
@@ -525,6 +525,14 @@ def test_windows_walk_as_the_job_by_job_walk_whatever_the_profile(
 
         picked = rng.random(len(snap.pending)) < 0.2
         pending = [narrowed(j) if p else j for j, p in zip(snap.pending, picked, strict=True)]
+        snap = replace(snap, pending=pending)
+    if variant == "mig":  # node times the compiled pass leaves to the timeline
+        for gpu in (6, 7):  # the two GPUs the running jobs' first fit left on n7
+            snap.state.set_mig_layout("n7", gpu, (("3g.40gb", 0), ("3g.40gb", 4)))
+        picked = rng.random(len(snap.pending)) < 0.2
+        mig = [qjob(j.id).submit(j.submit_time).limit(j.time_limit_s).mig("3g.40gb").job()
+               for j in snap.pending]  # fmt: skip
+        pending = [m if p else j for j, m, p in zip(snap.pending, mig, picked, strict=True)]
         snap = replace(snap, pending=pending)
     args = {
         "none": None,

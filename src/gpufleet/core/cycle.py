@@ -89,7 +89,14 @@ from gpufleet.core.protocols import (
 )
 from gpufleet.core.snapshot import FloatArray, ObjectArray, QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray, OverAllocation
-from gpufleet.core.timeline import NEVER, Blocks, PlannedStart, RunningEvents, Timeline
+from gpufleet.core.timeline import (
+    NEVER,
+    NO_RELEASES,
+    Blocks,
+    PlannedStart,
+    RunningEvents,
+    Timeline,
+)
 from gpufleet.core.walk import CUT_AT, CUT_UNKNOWN, PLANNED, ROOM, TESTED, TIMES, walk_run
 
 __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
@@ -586,7 +593,8 @@ class _Cycle:
         room = np.zeros((len(shapes), width), dtype=np.bool_)
         has_room = np.zeros(len(shapes), dtype=np.bool_)
         never = np.zeros(len(shapes), dtype=np.bool_)
-        for i in _kinds_of(kind, admitted & ~alone & ~blocked[part]):
+        plain = _kinds_of(kind, admitted & ~alone & ~blocked[part])
+        for i in plain:
             shape, key, r = shapes[i], shape_keys[i], requests[i]
             nodes[i] = self._plain_access(key[1], _where(*key[3][:3])).nodes
             if shape.never is None:
@@ -598,6 +606,17 @@ class _Cycle:
                 room[i], has_room[i] = self.rooms[r], True
         times = np.zeros((len(shapes), width), dtype=np.int64)
         has_times = np.zeros(len(shapes), dtype=np.bool_)
+        # The pass computes the node times of planned starts, but with MIG or an estimate.
+        computed = np.zeros(len(shapes), dtype=np.bool_)
+        needs = np.zeros((len(shapes), 5), dtype=np.int64)
+        gpu_ok = np.zeros((len(shapes), *self.state.gpu_milli_free.shape), dtype=np.bool_)
+        releases = NO_RELEASES
+        if bf is not None and self.timeline.will_run is None:
+            releases = self.timeline.releases()
+            for i in plain:
+                if not requests[i].mig_profile:
+                    needs[i], gpu_ok[i] = self.timeline.task_needs(requests[i])
+                    computed[i] = True
         waiting = np.array([p in self.waiting for p in names], dtype=np.bool_)
         counters = np.array([self.tested, self.planned_count, bool(self.waiting), 0, NEVER])
         limits = np.zeros(2, dtype=np.int64)
@@ -624,7 +643,7 @@ class _Cycle:
             at, why, need, written, blocks.node, blocks.start, blocks.end = walk_run(
                 at, alone, admitted, kind, part, length, gang, never, nodes,
                 failed, unplanned, unfit, has_unfit, room, has_room, times, has_times,
-                waiting, blocked, counters, limits, flags,
+                needs, gpu_ok, computed, releases, waiting, blocked, counters, limits, flags,
                 self.now, horizon, self.timeline.resolution, blocks.node, blocks.start, blocks.end,
                 reason, start, chosen, written,
             )  # fmt: skip

@@ -50,6 +50,21 @@ from gpufleet.core.job import RunningJob
 from gpufleet.core.model import MILLI, Request
 from gpufleet.core.state import Assignment, BoolArray, ClusterState, IntArray
 
+Releases = tuple[
+    BoolArray, IntArray, IntArray, IntArray, IntArray,
+    IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+]  # fmt: skip
+"""What node times read of a timeline (``Timeline.releases``): the state's health and
+free CPU, memory, milli-GPU and GPU memory, then the release events of tasks (node,
+time, CPU, memory) and of GPU shares (slot, time, milli-GPU, GPU memory)."""
+NO_RELEASES: Releases = (
+    np.zeros(0, dtype=np.bool_),
+    *(np.zeros(0, dtype=np.int64) for _ in range(2)),
+    *(np.zeros((0, 0), dtype=np.int64) for _ in range(2)),
+    *(np.zeros(0, dtype=np.int64) for _ in range(8)),
+)  # type: ignore[assignment]
+"""``Releases`` of nothing, for a pass that computes no node times."""
+
 NEVER = np.iinfo(np.int64).max // 4
 """A time later than any real one: 'not within the horizon'."""
 _TRUE = np.ones(1, dtype=np.bool_)
@@ -416,19 +431,25 @@ class Timeline:
             t.flags.writeable = False
         return t
 
-    def _node_times(self, r: Request, ev: _Events) -> IntArray:
-        st = self.state
+    def task_needs(self, r: Request) -> tuple[IntArray, BoolArray]:
+        """What node times read of ``r`` (but MIG): one task's CPU, memory, GPUs,
+        milli-GPU and GPU memory per GPU, and the GPUs it may ever use."""
+        r = _one_task(r)
         needs = self._needs.get(r)
         if needs is None:
             need = [r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib]
-            needs = self._needs[r] = (np.array(need, dtype=np.int64), static_gpu_ok(st, r))
-        t: IntArray = _task_times(
+            needs = self._needs[r] = (np.array(need, dtype=np.int64), static_gpu_ok(self.state, r))
+        return needs
+
+    def releases(self) -> Releases:
+        """The state and the exact release events, as ``task_times`` reads them."""
+        st, ev = self.state, self._events()
+        return (
             st.healthy,
             st.cpu_free,
             st.mem_free,
             st.gpu_milli_free,
             st.gpu_mem_free,
-            needs[1],
             ev.cpu.slot,
             ev.cpu.time,
             ev.cpu.amount,
@@ -437,7 +458,27 @@ class Timeline:
             ev.milli.time,
             ev.milli.amount,
             ev.gmem.amount,
-            needs[0],
+        )
+
+    def _node_times(self, r: Request, ev: _Events) -> IntArray:
+        st = self.state
+        need, gpu_ok = self.task_needs(r)
+        t: IntArray = _task_times(
+            st.healthy,
+            st.cpu_free,
+            st.mem_free,
+            st.gpu_milli_free,
+            st.gpu_mem_free,
+            gpu_ok,
+            ev.cpu.slot,
+            ev.cpu.time,
+            ev.cpu.amount,
+            ev.mem.amount,
+            ev.milli.slot,
+            ev.milli.time,
+            ev.milli.amount,
+            ev.gmem.amount,
+            need,
             self.now,
         )
         if r.mig_profile:
@@ -644,6 +685,25 @@ def _task_times(
             for j in range(width):
                 row[j] = gpu_t[v * width + j] if gpu_ok[v, j] else NEVER
             out[v] = max(out[v], _kth(row, k))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def task_times(
+    releases: Releases, gpu_ok: BoolArray, need: IntArray, nodes: BoolArray, now: int
+) -> IntArray:
+    """``Timeline.times_on`` of a request without MIG from its ``task_needs`` (``need``,
+    ``gpu_ok``) and the timeline's ``releases``, computed in a compiled caller."""
+    healthy, cpu_free, mem_free, milli_free, gmem_free = releases[:5]
+    node, end, cpu, mem, slot, g_end, milli, gmem = releases[5:]
+    t = _task_times(
+        healthy, cpu_free, mem_free, milli_free, gmem_free, gpu_ok,
+        node, end, cpu, mem, slot, g_end, milli, gmem, need, now,
+    )  # fmt: skip
+    out = np.full(len(t), NEVER, dtype=np.int64)
+    for v in range(len(t)):
+        if nodes[v]:
+            out[v] = max(t[v], now)
     return out
 
 

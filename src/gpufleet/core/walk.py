@@ -8,8 +8,9 @@ first job it cannot finish alone, *before* changing anything for it:
 
 * ``ALONE``: the cycle considers it in Python (it may start, preempt, ask a
   gate or Slurm's will-run estimate, or be exclusive), then walks on;
-* ``ROOM`` / ``TIMES``: it needs its shape's room now, or its shape's node
-  times on the timeline; the cycle finds them and calls again from there.
+* ``ROOM`` / ``TIMES``: it needs its shape's room now, or the node times on
+  the timeline of a shape the pass cannot compute (MIG); the cycle finds them
+  and calls again from there.
 
 So the cycle's plan is exactly the job-by-job walk's. The arrays are the
 walk's state, changed in place: per shape (``kind``) the failure memos of
@@ -22,7 +23,15 @@ from __future__ import annotations
 from numba import njit
 
 from gpufleet.core.state import BoolArray, IntArray
-from gpufleet.core.timeline import NEVER, earliest_on, hold_span, insert_spans, usable_over
+from gpufleet.core.timeline import (
+    NEVER,
+    Releases,
+    earliest_on,
+    hold_span,
+    insert_spans,
+    task_times,
+    usable_over,
+)
 
 DONE, ALONE, ROOM, TIMES = 0, 1, 2, 3
 """Why ``walk_run`` stopped."""
@@ -53,6 +62,10 @@ def walk_run(
     has_room: BoolArray,
     times: IntArray,
     has_times: BoolArray,
+    needs: IntArray,
+    gpu_ok: BoolArray,
+    computed: BoolArray,
+    releases: Releases,
     waiting: BoolArray,
     blocked: BoolArray,
     counters: IntArray,
@@ -72,6 +85,10 @@ def walk_run(
     """Walk the jobs from ``begin``; returns where and why it stopped (and the shape it
     needs), how many nodes ``chosen`` now holds (``c`` before), and the planned
     starts' spans.
+
+    A shape ``computed`` gets its node times here, from its ``needs`` and
+    ``gpu_ok`` (``Timeline.task_needs``) and the timeline's ``releases``;
+    another stops the walk (``TIMES``).
 
     ``limits``: the tests and the planned starts the backfill plugin allows
     in all; ``flags``: backfill, exact planned starts (no will-run
@@ -113,7 +130,10 @@ def walk_run(
         if plans and not exact:
             return i, ALONE, -1, c, span_node, span_start, span_end
         if plans and not has_times[s]:
-            return i, TIMES, s, c, span_node, span_start, span_end
+            if not computed[s]:
+                return i, TIMES, s, c, span_node, span_start, span_end
+            times[s] = task_times(releases, gpu_ok[s], needs[s], nodes[s], now)
+            has_times[s] = True
         # Nothing stops it: from here on, the job is walked.
         if testing:
             counters[TESTED] += 1
