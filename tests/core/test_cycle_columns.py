@@ -527,8 +527,10 @@ def test_windows_walk_as_the_job_by_job_walk_whatever_the_profile(
         pending = [narrowed(j) if p else j for j, p in zip(snap.pending, picked, strict=True)]
         snap = replace(snap, pending=pending)
     if variant == "mig":  # node times the compiled pass leaves to the timeline
-        for gpu in (6, 7):  # the two GPUs the running jobs' first fit left on n7
-            snap.state.set_mig_layout("n7", gpu, (("3g.40gb", 0), ("3g.40gb", 4)))
+        st = snap.state
+        idle = np.argwhere(st.gpu_milli_free == st.gpu_milli_total)[-2:]  # the last two idle
+        for v, gpu in idle.tolist():
+            st.set_mig_layout(st.nodes[v].name, gpu, (("3g.40gb", 0), ("3g.40gb", 4)))
         picked = rng.random(len(snap.pending)) < 0.2
         mig = [qjob(j.id).submit(j.submit_time).limit(j.time_limit_s).mig("3g.40gb").job()
                for j in snap.pending]  # fmt: skip

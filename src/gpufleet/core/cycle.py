@@ -147,9 +147,19 @@ class CycleCache:
     pending: Rows[Job] = field(default_factory=Rows)
     running: RunningEvents = field(default_factory=RunningEvents)
     idle_fits: dict[tuple[Request, bytes, bytes], bool] = field(default_factory=dict)
-    """Whether a request fits nodes of the idle cluster, by request, nodes and their health,
-    for the state and epoch of ``idle_of`` (see ``_Cycle._fits_idle``)."""
-    idle_of: tuple[ClusterState, int] | None = None
+    """Whether a request fits nodes of the idle cluster, by request, nodes and their health
+    (see ``_Cycle._fits_idle``)."""
+    task_needs: dict[Request, tuple[IntArray, BoolArray]] = field(default_factory=dict)
+    """``Timeline.task_needs`` by request."""
+    shape_of: tuple[ClusterState, int] | None = None
+    """The state and epoch that ``idle_fits`` and ``task_needs`` hold for."""
+
+    def shaped(self, state: ClusterState) -> None:
+        """Forget what the state's shape fixed if this is another state, or another shape."""
+        if self.shape_of != (state, state.epoch):  # the same state object, in the same shape
+            self.idle_fits.clear()
+            self.task_needs.clear()
+            self.shape_of = (state, state.epoch)
 
 
 @dataclass
@@ -401,6 +411,7 @@ class _Cycle:
         # How long a job is taken to hold its nodes: its limit, or its estimate.
         self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
         cache = profile.cache
+        cache.shaped(self.state)
         running_rows = cache.running.rows(snapshot.running)
         self.tally = Tally.of_running(cache.running, running_rows)
         bf = profile.backfill
@@ -411,7 +422,14 @@ class _Cycle:
         resolution = self.backfill.resolution if self.backfill else 1
         will_run = self.backfill.will_run if self.backfill else None
         self.timeline = Timeline(
-            self.state, now, resolution, snapshot.running, cache.running, will_run, running_rows
+            self.state,
+            now,
+            resolution,
+            snapshot.running,
+            cache.running,
+            will_run,
+            running_rows,
+            cache.task_needs,
         )
         # Nodes kept for planned starts and for exclusive jobs, per time span.
         self.planned = Blocks.none(self.state.num_nodes)
@@ -803,9 +821,6 @@ class _Cycle:
         state, cache = self.state, self.p.cache
         if self.p.placement.filters:
             return self._test_idle(r, nodes)
-        if cache.idle_of != (state, state.epoch):  # the same state object, in the same shape
-            cache.idle_fits.clear()
-            cache.idle_of = (state, state.epoch)
         key = (r, nodes.tobytes(), state.healthy.tobytes())
         fits = cache.idle_fits.get(key)
         if fits is None:

@@ -306,13 +306,16 @@ class Timeline:
         flattened: RunningEvents | None = None,
         will_run: WillRun | None = None,
         rows: IntArray | None = None,
+        needs: dict[Request, tuple[IntArray, BoolArray]] | None = None,
     ) -> None:
         """``running`` hold their assignments until their expected ends (read lazily).
 
         ``flattened``, kept by the caller across timelines, saves flattening
         the same running jobs' assignments again; ``rows``: the rows of
         ``running`` there, when the caller has them. ``will_run``: estimate
-        as Slurm does (module docstring); None: exactly.
+        as Slurm does (module docstring); None: exactly. ``needs``: the
+        ``task_needs`` found so far, kept by the caller for timelines over
+        states of the same shape (``ClusterState.epoch``).
         """
         self.state = state
         self.will_run = will_run
@@ -330,7 +333,7 @@ class Timeline:
         self._times: dict[Request, IntArray] = {}  # node_times over the exact events
         self._on: dict[tuple[Request, bytes], IntArray] = {}
         # Per request, what node times read of it: its needs and the GPUs it may ever use.
-        self._needs: dict[Request, tuple[IntArray, BoolArray]] = {}
+        self._needs = needs if needs is not None else {}
 
     def add(self, key: str, assignments: Iterable[Assignment], end: int) -> None:
         """``key`` holds ``assignments`` until ``end`` (a job past its end frees now)."""
