@@ -19,6 +19,7 @@ from gpufleet.core.columns import Entries, Log, Rows
 from gpufleet.core.cycle import queue_order
 from gpufleet.core.job import Job
 from gpufleet.core.order import leading
+from gpufleet.core.walk import compact
 from scenario.harness import qjob
 
 
@@ -113,3 +114,13 @@ def test_rows_of_log_views_are_rows_by_identity(ops: list[tuple[bool, int]]) -> 
         assert [by_position.objects[r] for r in rows.tolist()] == list(view)
         # Row numbers are those identity gives: the same objects in the same order.
         assert rows.tolist() == by_identity.rows(list(view)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=60))
+def test_compact_numbers_a_windows_codes_as_unique_does(codes: list[int]) -> None:
+    array = np.array(codes, dtype=np.int64)
+    distinct, index = compact(array)
+    expected, inverse = np.unique(array, return_inverse=True)
+    assert distinct.tolist() == expected.tolist()
+    assert index.tolist() == inverse.ravel().tolist()

@@ -97,7 +97,16 @@ from gpufleet.core.timeline import (
     RunningEvents,
     Timeline,
 )
-from gpufleet.core.walk import CUT_AT, CUT_UNKNOWN, PLANNED, ROOM, TESTED, TIMES, walk_run
+from gpufleet.core.walk import (
+    CUT_AT,
+    CUT_UNKNOWN,
+    PLANNED,
+    ROOM,
+    TESTED,
+    TIMES,
+    compact,
+    walk_run,
+)
 
 __all__ = [  # Plan and Snapshot too: callers of run_cycle import them from here
     "CycleCache",
@@ -319,14 +328,6 @@ WINDOW = 128
 """The first window's length; it doubles while windows walk every job."""
 _WORDS = np.array(["", PRIORITY, RESOURCES, NODE_NOT_AVAIL], dtype=object)
 """Reasons by ``core.walk``'s codes (its ``ADMISSION``: the admission plugins' own)."""
-
-
-def _compact(codes: IntArray) -> tuple[IntArray, IntArray]:
-    """The distinct ``codes`` (small integers) in order, and each one's index among them:
-    ``np.unique(codes, return_inverse=True)`` without its sort."""
-    present = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=np.bool_)
-    present[codes] = True
-    return np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
 
 
 def _kinds_of(kind: IntArray, jobs: BoolArray) -> list[int]:
@@ -591,10 +592,10 @@ class _Cycle:
             said = np.where(found != "", found, said)
         admitted = said == ""
         codes, keys = queue.codes("request", "partition", "reservation", "constraints")
-        kinds, kind = _compact(codes)
+        kinds, kind = compact(codes)
         shape_keys = [keys[k] for k in kinds.tolist()]
         part_codes, part_keys = queue.codes("partition")
-        parts, part = _compact(part_codes)
+        parts, part = compact(part_codes)
         names = [part_keys[p] for p in parts.tolist()]
         blocked = np.array([p in self.strict_blocked for p in names], dtype=np.bool_)
         exclusive = np.array([k[3][3] for k in shape_keys], dtype=np.bool_)

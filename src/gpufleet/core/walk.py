@@ -20,6 +20,7 @@ it is blocked (no backfill), and the ``counters``.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from gpufleet.core.state import BoolArray, IntArray
@@ -172,3 +173,19 @@ def walk_run(
             span_node, span_start, span_end, picked, lo, hi
         )
     return len(kind), DONE, -1, c, span_node, span_start, span_end
+
+
+@njit(cache=True, nogil=True)
+def compact(codes: IntArray) -> tuple[IntArray, IntArray]:
+    """The distinct ``codes`` (small integers) in order, and each one's index among them:
+    ``np.unique(codes, return_inverse=True)`` without its sort."""
+    size = codes.max() + 1 if len(codes) else 0
+    index = np.full(size, -1, dtype=np.int64)
+    for c in codes:
+        index[c] = 0
+    distinct = np.flatnonzero(index == 0)
+    index[distinct] = np.arange(len(distinct))
+    out = np.empty(len(codes), dtype=np.int64)
+    for i in range(len(codes)):
+        out[i] = index[codes[i]]
+    return distinct, out
