@@ -299,7 +299,8 @@ def queue_order(
         # than the first-th's, and of its priority those submitted no later than its.
         chosen = leading(-priorities, submit, first)
         inner = _sorted(priorities[chosen], subset(pending, chosen), submit[chosen], first)
-        return [int(chosen[i]) for i in inner]
+        order: list[int] = chosen[np.asarray(inner, dtype=np.int64)].tolist()
+        return order
     return _sorted(priorities, pending, submit, first)
 
 
