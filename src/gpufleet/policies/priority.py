@@ -133,6 +133,13 @@ class QueueColumns(Rows[Job]):
         return super().values(column, of, dtype)
 
 
+_Tables = dict[str, FloatArray]
+"""Factors by name (partition, QoS, user or association code), while the facts they read
+hold."""
+_Kept = tuple[tuple[object, ...], tuple[object, ...], FloatArray, _Tables]
+"""What priorities keep while the period and the facts they read stay (``priorities``)."""
+
+
 class Multifactor:
     """Slurm's multifactor priority over the pending jobs, vectorised.
 
@@ -154,7 +161,7 @@ class Multifactor:
         self._fairshare: tuple[AccountUsage, FloatArray] | None = None
         self._index: tuple[AccountTree, list[tuple[str, str]], IntArray] | None = None
         # Priorities by row while the period and the facts they read stay (``priorities``).
-        self._kept: tuple[tuple[object, ...], tuple[object, ...], FloatArray] | None = None
+        self._kept: _Kept | None = None
 
     @property
     def clocked(self) -> bool:
@@ -190,17 +197,17 @@ class Multifactor:
             or kept[0] != key
             or any(a is not b for a, b in zip(kept[1], same, strict=True))
         ):
-            kept = self._kept = (key, same, np.zeros(0))
+            kept = self._kept = (key, same, np.zeros(0), {})
         known = kept[2]
         if len(known) < len(self.columns.objects):
             grown = np.full(len(self.columns.objects), np.nan)
             grown[: len(known)] = known
             known = grown
-            self._kept = (key, same, known)
+            self._kept = (key, same, known, kept[3])
         out = known[rows]
         missing = np.flatnonzero(np.isnan(out))
         if len(missing):
-            fresh = self.factors(snapshot, subset(pending, missing), now)
+            fresh = self._factors(snapshot, subset(pending, missing), now, kept[3])
             out[missing] = known[rows[missing]] = weighted_priority(self.args, fresh)
         return out
 
@@ -210,6 +217,13 @@ class Multifactor:
         A factor whose weight is 0 is not computed and reads 0: it cannot
         change the order, and skipping it keeps large queues cheap.
         """
+        return self._factors(snapshot, pending, now, {})
+
+    def _factors(
+        self, snapshot: Snapshot, pending: Sequence[Job], now: int, tables: _Tables
+    ) -> Factors:
+        """``factors``; ``tables`` keeps the factors by name that the snapshot's facts fix
+        (kept with the priorities while they hold)."""
         args, cols, zero = self.args, self.columns, np.zeros(len(pending))
         rows = cols.rows(pending)
         nice = cols.values("nice", attrgetter("priority_nice"))[rows]
@@ -224,25 +238,34 @@ class Multifactor:
             job_size = job_size_factor(gpu_milli, cluster_milli, args.favor_small)
         if args.weight_partition:
             factor = {name: p.priority_job_factor for name, p in snapshot.partitions.items()}
-            partition = self._by_code(rows, "partition", factor, relative=True)
+            partition = self._by_code(rows, "partition", factor, tables, relative=True)
         if args.weight_qos:
             priority = {name: q.priority for name, q in snapshot.qos.items()}
-            qos = self._by_code(rows, "qos", priority, relative=True)
+            qos = self._by_code(rows, "qos", priority, tables, relative=True)
         if args.weight_fairshare or args.weight_assoc:
             if snapshot.accounts is not None:
-                fs, assoc = self._from_tree(rows, snapshot.accounts)
+                fs, assoc = self._from_tree(rows, snapshot.accounts, tables)
             else:
-                fs = self._by_code(rows, "user", snapshot.fairshare, relative=False)
+                fs = self._by_code(rows, "user", snapshot.fairshare, tables, relative=False)
         return Factors(age, fs, job_size, partition, qos, assoc, nice)
 
     def _by_code(
-        self, rows: IntArray, attr: str, values: Mapping[str, float], *, relative: bool
+        self,
+        rows: IntArray,
+        attr: str,
+        values: Mapping[str, float],
+        tables: _Tables,
+        *,
+        relative: bool,
     ) -> FloatArray:
         """The value of each job's ``attr`` (0 if undefined), over the largest if ``relative``."""
         codes, names = self.columns.codes(attr, attrgetter(attr))
-        by_code = np.array([values.get(name, 0) for name in names], dtype=np.float64)
-        if relative:
-            by_code = relative_to_max(by_code, max(values.values(), default=0))
+        by_code = tables.get(attr)
+        if by_code is None or len(by_code) != len(names):  # names only grow
+            by_code = np.array([values.get(name, 0) for name in names], dtype=np.float64)
+            if relative:
+                by_code = relative_to_max(by_code, max(values.values(), default=0))
+            tables[attr] = by_code
         return by_code[codes[rows]] if len(by_code) else np.zeros(len(rows))
 
     def _associations(self, tree: AccountTree, keys: list[tuple[str, str]]) -> IntArray:
@@ -259,18 +282,22 @@ class Multifactor:
         self._index = (tree, keys, index)
         return index
 
-    def _from_tree(self, rows: IntArray, accounts: AccountUsage) -> tuple[FloatArray, FloatArray]:
-        if self._fairshare is None or self._fairshare[0] is not accounts:
-            factors = fairshare_factors(accounts.tree, accounts.usage, self.args.fairshare)
-            self._fairshare = (accounts, factors)
-        tree, per_assoc = accounts.tree, self._fairshare[1]
+    def _from_tree(
+        self, rows: IntArray, accounts: AccountUsage, tables: _Tables
+    ) -> tuple[FloatArray, FloatArray]:
         codes, keys = self.columns.codes("association", attrgetter("account", "user"))
-        index = self._associations(tree, keys)
-        known = index >= 0
-        top = float(tree.priority.max())
-        priority = relative_to_max(tree.priority.astype(np.float64), top)
-        fs = np.where(known, per_assoc[index], 0.0)
-        assoc = np.where(known, priority[index], 0.0)
+        fs, assoc = tables.get("fairshare"), tables.get("assoc")
+        if fs is None or assoc is None or len(fs) != len(keys):  # keys only grow
+            if self._fairshare is None or self._fairshare[0] is not accounts:
+                factors = fairshare_factors(accounts.tree, accounts.usage, self.args.fairshare)
+                self._fairshare = (accounts, factors)
+            tree, per_assoc = accounts.tree, self._fairshare[1]
+            index = self._associations(tree, keys)
+            known = index >= 0
+            top = float(tree.priority.max())
+            priority = relative_to_max(tree.priority.astype(np.float64), top)
+            fs = tables["fairshare"] = np.where(known, per_assoc[index], 0.0)
+            assoc = tables["assoc"] = np.where(known, priority[index], 0.0)
         return fs[codes[rows]], assoc[codes[rows]]
 
 
