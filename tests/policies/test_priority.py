@@ -433,7 +433,7 @@ def test_a_cycle_wakes_when_the_priorities_are_next_recomputed(
 steps = st.lists(
     st.tuples(
         st.integers(0, 400),  # seconds the clock moves
-        st.sampled_from(["none", "arrive", "leave", "usage", "qos", "nice"]),
+        st.sampled_from(["none", "arrive", "stranger", "leave", "usage", "qos", "nice"]),
     ),
     min_size=1,
     max_size=12,
@@ -449,8 +449,7 @@ def test_priorities_kept_between_recalculations_are_those_computed_afresh(
     priority until the next recalculation) agrees with a fresh one every time."""
     args = MultifactorArgs(calc_period_s=300, weight_job_size=100)
     kept = Multifactor(args)
-    jobs = [pending(f"j{i}", submit_time=10 * i, user=("alice", "bob")[i % 2]) for i in range(6)]
-    jobs = [replace(j, account="team" if j.user == "alice" else "other") for j in jobs]
+    jobs = [pending(f"j{i}", submit_time=10 * i) for i in range(6)]  # alice's, in team
     tree = team_tree()
     usage = AccountUsage(tree, np.zeros(len(tree)))
     qos, now = dict(QOS), 100
@@ -459,6 +458,8 @@ def test_priorities_kept_between_recalculations_are_those_computed_afresh(
         now += step
         if change == "arrive":
             jobs.append(pending(f"new{i}", submit_time=now, qos="high"))
+        elif change == "stranger":  # bob's first job may come mid-period: a new association
+            jobs.append(pending(f"bob{i}", submit_time=now, user="bob", account="other"))
         elif change == "leave" and jobs:
             jobs.pop(0)
         elif change == "usage":  # a new fairshare view: a new object
