@@ -59,6 +59,7 @@ import numpy as np
 from gpufleet.core import walk
 from gpufleet.core.columns import Rows, subset
 from gpufleet.core.constraints import idle_nodes, node_mask
+from gpufleet.core.fit import fit_need, fit_state, model_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Request
 from gpufleet.core.order import leading
@@ -612,6 +613,10 @@ class _Cycle:
         unfit = np.zeros((len(shapes), width), dtype=np.bool_)
         room = np.zeros((len(shapes), width), dtype=np.bool_)
         has_room = np.zeros(len(shapes), dtype=np.bool_)
+        # The pass finds the room of shapes but MIG itself.
+        fit_needs = np.zeros((len(shapes), 6), dtype=np.int64)
+        models = np.zeros((len(shapes), len(self.state.models) + 1), dtype=np.bool_)
+        fitted = np.zeros(len(shapes), dtype=np.bool_)
         never = np.zeros(len(shapes), dtype=np.bool_)
         plain = _kinds_of(kind, admitted & ~alone & ~blocked[part])
         for i in plain:
@@ -624,6 +629,8 @@ class _Cycle:
                 unfit[i] = shape.unfit
             if r in self.rooms:
                 room[i], has_room[i] = self.rooms[r], True
+            elif not r.mig_profile:
+                fit_needs[i], models[i], fitted[i] = fit_need(r), model_mask(self.state, r), True
         times = np.zeros((len(shapes), width), dtype=np.int64)
         has_times = np.zeros(len(shapes), dtype=np.bool_)
         # The pass computes the node times of planned starts, but with MIG or an estimate.
@@ -662,8 +669,9 @@ class _Cycle:
         while True:
             at, why, need, written, blocks.node, blocks.start, blocks.end = walk_run(
                 at, alone, admitted, kind, part, length, gang, never, nodes,
-                failed, unplanned, unfit, has_unfit, room, has_room, times, has_times,
-                needs, gpu_ok, computed, releases, waiting, blocked, counters, limits, flags,
+                failed, unplanned, unfit, has_unfit, room, has_room, fit_needs, models, fitted,
+                fit_state(self.state), times, has_times, needs, gpu_ok, computed, releases,
+                waiting, blocked, counters, limits, flags,
                 self.now, horizon, self.timeline.resolution, blocks.node, blocks.start, blocks.end,
                 reason, start, chosen, written,
             )  # fmt: skip
@@ -681,6 +689,8 @@ class _Cycle:
                 several = limits[1] - counters[PLANNED] > 1
                 for k in _kinds_of(kind, rest) if several else [need]:
                     times[k], has_times[k] = self.timeline.times_on(requests[k], nodes[k]), True
+        for i in np.flatnonzero(fitted & has_room).tolist():  # kept until a start
+            self.rooms[requests[i]] = room[i]
         w = slice(0, at)
         ids = queue.column("id", object)[w]
         self._walked(ids, said[w], reason[w], start[w], gang[kind[w]], chosen[:written])

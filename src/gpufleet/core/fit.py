@@ -94,6 +94,48 @@ def _fit(
     return feasible, opt_node[:k], opt_gpu[:k]
 
 
+FitState = tuple[
+    IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, BoolArray
+]
+"""What the fit reads of the state now (``fit_state``)."""
+
+
+def fit_state(state: ClusterState) -> FitState:
+    """Free and total GPU capacity, GPU models, free CPU and memory, and health."""
+    return (
+        state.gpu_milli_free,
+        state.gpu_free_sum,
+        state.gpu_mem_free,
+        state.gpu_milli_total,
+        state.gpu_mem_total,
+        state.gpu_model,
+        state.cpu_free,
+        state.mem_free,
+        state.healthy,
+    )
+
+
+def fit_need(r: Request) -> list[int]:
+    """What the fit reads of a request but MIG (``room_now``'s ``need``)."""
+    return [
+        r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib,
+        r.min_gpu_memory_mib,
+    ]  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def room_now(fs: FitState, model_ok: BoolArray, need: IntArray) -> BoolArray:
+    """``fit``'s feasible nodes now, for a compiled caller: ``need`` from ``fit_need``."""
+    milli_free, free_sum, gmem_free, milli_total, gmem_total, gpu_model = fs[:6]
+    cpu_free, mem_free, healthy = fs[6:]
+    cpu, mem, count, milli, gmem, min_gmem = need[0], need[1], need[2], need[3], need[4], need[5]
+    feasible, _, _ = _fit(
+        milli_free, free_sum, gmem_free, milli_total, gmem_total, gpu_model, model_ok,
+        cpu_free, mem_free, healthy, cpu, mem, count, milli, gmem, min_gmem, False,
+    )  # fmt: skip
+    return feasible
+
+
 def model_mask(state: ClusterState, r: Request) -> BoolArray:
     """Which of the state's GPU models the request accepts (one extra slot for 'none').
 

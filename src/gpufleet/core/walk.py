@@ -8,8 +8,8 @@ first job it cannot finish alone, *before* changing anything for it:
 
 * ``ALONE``: the cycle considers it in Python (it may start, preempt, ask a
   gate or Slurm's will-run estimate, or be exclusive), then walks on;
-* ``ROOM`` / ``TIMES``: it needs its shape's room now, or the node times on
-  the timeline of a shape the pass cannot compute (MIG); the cycle finds them
+* ``ROOM`` / ``TIMES``: it needs the room now or the node times on the
+  timeline of a shape the pass cannot compute (MIG); the cycle finds them
   and calls again from there.
 
 So the cycle's plan is exactly the job-by-job walk's. The arrays are the
@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from gpufleet.core.fit import FitState, room_now
 from gpufleet.core.state import BoolArray, IntArray
 from gpufleet.core.timeline import (
     NEVER,
@@ -61,6 +62,10 @@ def walk_run(
     has_unfit: BoolArray,
     room: BoolArray,
     has_room: BoolArray,
+    fit_needs: IntArray,
+    models: BoolArray,
+    fitted: BoolArray,
+    fit: FitState,
     times: IntArray,
     has_times: BoolArray,
     needs: IntArray,
@@ -87,9 +92,11 @@ def walk_run(
     needs), how many nodes ``chosen`` now holds (``c`` before), and the planned
     starts' spans.
 
-    A shape ``computed`` gets its node times here, from its ``needs`` and
-    ``gpu_ok`` (``Timeline.task_needs``) and the timeline's ``releases``;
-    another stops the walk (``TIMES``).
+    A shape ``fitted`` gets its room here, from its ``fit_needs`` and
+    ``models`` (``core.fit``) and the state's ``fit``; another stops the walk
+    (``ROOM``). A shape ``computed`` gets its node times here, from its
+    ``needs`` and ``gpu_ok`` (``Timeline.task_needs``) and the timeline's
+    ``releases``; another stops the walk (``TIMES``).
 
     ``limits``: the tests and the planned starts the backfill plugin allows
     in all; ``flags``: backfill, exact planned starts (no will-run
@@ -124,7 +131,10 @@ def walk_run(
                 if not by_room:
                     return i, ALONE, -1, c, span_node, span_start, span_end
                 if not has_room[s]:
-                    return i, ROOM, s, c, span_node, span_start, span_end
+                    if not fitted[s]:
+                        return i, ROOM, s, c, span_node, span_start, span_end
+                    room[s] = room_now(fit, models[s], fit_needs[s])
+                    has_room[s] = True
                 if (room[s] & usable).sum() >= gang[s]:  # it starts
                     return i, ALONE, -1, c, span_node, span_start, span_end
         plans = backfill and length_i < unplanned_at[s] and counters[PLANNED] < limits[1]
