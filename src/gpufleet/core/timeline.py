@@ -824,6 +824,8 @@ class _Flat:
         def matrix(rows: list[tuple[int, ...]], width: int) -> IntArray:
             return np.array(rows, dtype=np.int64).reshape(-1, width).T
 
+        if len(holders) == 1:  # one end: already in order
+            return cls(matrix(tasks, 5), matrix(shares, 6), matrix(mig, 3))
         return cls(_by_end(matrix(tasks, 5), 2), _by_end(matrix(shares, 6), 3), matrix(mig, 3))
 
     def merged(self, other: _Flat) -> _Flat:
