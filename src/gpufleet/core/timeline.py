@@ -329,6 +329,7 @@ class Timeline:
         self._added: dict[str, tuple[int, tuple[Assignment, ...]]] = {}
         self._holders: _Flat | None = None
         self._built: _Events | None = None
+        self._releases: Releases | None = None
         self._batched: dict[tuple[bytes, int], _Events] = {}
         self._times: dict[Request, IntArray] = {}  # node_times over the exact events
         self._on: dict[tuple[Request, bytes], IntArray] = {}
@@ -365,6 +366,7 @@ class Timeline:
     def _changed(self) -> None:
         self._holders = None
         self._built = None
+        self._releases = None
         self._batched.clear()
         self._times.clear()
         self._on.clear()
@@ -445,23 +447,27 @@ class Timeline:
         return needs
 
     def releases(self) -> Releases:
-        """The state and the exact release events, as ``task_times`` reads them."""
-        st, ev = self.state, self._events()
-        return (
-            st.healthy,
-            st.cpu_free,
-            st.mem_free,
-            st.gpu_milli_free,
-            st.gpu_mem_free,
-            ev.cpu.slot,
-            ev.cpu.time,
-            ev.cpu.amount,
-            ev.mem.amount,
-            ev.milli.slot,
-            ev.milli.time,
-            ev.milli.amount,
-            ev.gmem.amount,
-        )
+        """The state and the exact release events, as ``task_times`` reads them: those of
+        ``_Events.build`` without its MIG ones, kept until a holder changes."""
+        if self._releases is None:
+            st, f, now = self.state, self._flat(), self.now
+            width = st.gpu_milli_free.shape[1]
+            self._releases = (
+                st.healthy,
+                st.cpu_free,
+                st.mem_free,
+                st.gpu_milli_free,
+                st.gpu_mem_free,
+                f.node,
+                np.maximum(f.end, now),  # past ends count as now
+                f.cpu,
+                f.mem,
+                f.g_node * width + f.g_gpu,
+                np.maximum(f.g_end, now),
+                f.g_milli,
+                f.g_mem,
+            )
+        return self._releases
 
     def _node_times(self, r: Request, ev: _Events) -> IntArray:
         st = self.state
