@@ -49,6 +49,29 @@ def test_rows_follow_object_identity() -> None:
     assert (codes.tolist(), keys) == ([0, 0, 0, 0], ["alice"])
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 70), min_size=1, max_size=12))
+def test_columns_grown_in_steps_read_as_computed_at_once(steps: list[int]) -> None:
+    """Columns grow into room kept behind them: every array handed out keeps its values,
+    and the last equals the column computed over every row at once."""
+    rows: Rows[Job] = Rows()
+    seen: list[Job] = []
+    handed = []
+    for k, step in enumerate(steps):
+        new = [qjob(f"j{k}-{i}").gpus(1).limit(60 * (i % 7 + 1)).job() for i in range(step)]
+        seen += new
+        rows.rows(seen)
+        limits = rows.values("limit", attrgetter("time_limit_s"))
+        ids = rows.values("id", attrgetter("id"), object)
+        codes, keys = rows.codes("limit", attrgetter("time_limit_s"))
+        handed.append((limits, limits.tolist(), ids, ids.tolist(), codes, codes.tolist()))
+        assert limits.tolist() == [j.time_limit_s for j in seen]
+        assert ids.tolist() == [j.id for j in seen]
+        assert [keys[c] for c in codes.tolist()] == [j.time_limit_s for j in seen]
+    for limits, limit_list, ids, id_list, codes, code_list in handed:
+        assert (limits.tolist(), ids.tolist(), codes.tolist()) == (limit_list, id_list, code_list)
+
+
 def test_rows_start_afresh_once_departed_objects_dominate() -> None:
     rows: Rows[Job] = Rows()
     queue = [qjob(f"old{i}").gpus(1).job() for i in range(2000)]

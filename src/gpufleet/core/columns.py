@@ -123,6 +123,9 @@ class Rows(Generic[T]):
         self._row_of: dict[int, int] = {}  # the row of each object, by id()
         self._values: dict[str, npt.NDArray[Any]] = {}
         self._codes: dict[str, tuple[dict[Hashable, int], list[Any], IntArray]] = {}
+        # Each column is a view of a larger array, so a few new rows cost no full copy.
+        self._values_room: dict[str, npt.NDArray[Any]] = {}
+        self._codes_room: dict[str, npt.NDArray[Any]] = {}
         self._log: list[T] | None = None  # the log list ``_log_rows`` maps (Entries.items)
         self._log_rows = np.zeros(0, dtype=np.int64)  # the row of each log position; -1: none
         self._longest = 0  # the longest sequence asked since
@@ -174,10 +177,10 @@ class Rows(Generic[T]):
     ) -> npt.NDArray[Any]:
         """``of(obj)`` for every row, computed once per row."""
         array = self._values.get(column)
-        done = 0 if array is None else len(array)
-        if array is None or done < len(self.objects):
+        done, rows = (0 if array is None else len(array)), len(self.objects)
+        if array is None or done < rows:
             fresh = np.array([of(o) for o in self.objects[done:]], dtype=dtype)
-            array = fresh if array is None else np.concatenate([array, fresh])
+            array = fresh if array is None else _grown(self._values_room, column, array, fresh)
             self._values[column] = array
         return array
 
@@ -190,6 +193,23 @@ class Rows(Generic[T]):
         if len(array) < len(self.objects):
             fresh = [interned.setdefault(of(o), len(interned)) for o in self.objects[len(array) :]]
             keys.extend(list(interned)[len(keys) :])
-            array = np.concatenate([array, np.array(fresh, dtype=np.int64)])
+            codes = np.array(fresh, dtype=np.int64)
+            array = _grown(self._codes_room, column, array, codes)
             self._codes[column] = (interned, keys, array)
         return array, keys
+
+
+def _grown(
+    room: dict[str, npt.NDArray[Any]], column: str, array: npt.NDArray[Any], fresh: npt.NDArray[Any]
+) -> npt.NDArray[Any]:
+    """``array`` with ``fresh`` after it, written into the room behind ``array`` (a view of
+    ``room[column]``), which doubles when full. Rows never change, so arrays handed
+    out earlier stay right."""
+    done, size = len(array), len(array) + len(fresh)
+    buffer = room.get(column)
+    if buffer is None or array.base is not buffer or len(buffer) < size:
+        buffer = np.empty((max(size, 2 * done, 64), *array.shape[1:]), dtype=array.dtype)
+        buffer[:done] = array
+        room[column] = buffer
+    buffer[done:size] = fresh
+    return buffer[:size]
