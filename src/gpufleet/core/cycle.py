@@ -520,14 +520,14 @@ class _Cycle:
         partition the snapshot lacks, can be stopped: columns over every row find them.
         """
         s, table, rows = self.s, queue.table, queue.rows
-        begin = table.values("begin_time", attrgetter("begin_time"))
-        suspect = table.values("may_stop", _may_stop, np.bool_) | (begin > self.now)
+        begin = table.values("begin_time", attrgetter("begin_time"))[rows]
+        suspect = table.values("may_stop", _may_stop, np.bool_)[rows] | (begin > self.now)
         for attr, defined in (("qos", s.qos), ("partition", s.partitions)):
             codes, keys = table.codes(attr, attrgetter(attr))
             unknown = np.array([k not in defined for k in keys], dtype=np.bool_)
             if unknown.any():
-                suspect = suspect | unknown[codes]
-        at = np.flatnonzero(suspect[rows])
+                suspect |= unknown[codes[rows]]
+        at = np.flatnonzero(suspect)
         if not len(at):
             return at, []
         stopped, reasons = self._judge_static(QueueView(table, rows[at]))
