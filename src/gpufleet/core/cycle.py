@@ -147,9 +147,6 @@ def _runs_exclusive(r: RunningJob) -> bool:
     return r.job.exclusive
 
 
-RequestFacts = tuple[IntArray, BoolArray, IntArray, BoolArray]
-
-
 @dataclass
 class CycleCache:
     """What queued and running jobs fix, kept across cycles by identity (``core.columns``).
@@ -164,9 +161,6 @@ class CycleCache:
     (see ``_Cycle._fits_idle``)."""
     task_needs: dict[Request, tuple[IntArray, BoolArray]] = field(default_factory=dict)
     """``Timeline.task_needs`` by request."""
-    request_facts: dict[Request, RequestFacts] = field(default_factory=dict)
-    """What the compiled walk reads of a request: the fit's needs and models, and
-    ``task_needs``."""
     shape_of: tuple[ClusterState, int] | None = None
     """The state and epoch that ``idle_fits`` and ``task_needs`` hold for."""
 
@@ -175,7 +169,6 @@ class CycleCache:
         if self.shape_of != (state, state.epoch):  # the same state object, in the same shape
             self.idle_fits.clear()
             self.task_needs.clear()
-            self.request_facts.clear()
             self.shape_of = (state, state.epoch)
 
 
@@ -637,7 +630,7 @@ class _Cycle:
             if r in self.rooms:
                 room[i], has_room[i] = self.rooms[r], True
             elif not r.mig_profile:
-                fit_needs[i], models[i] = self._request_facts(r)[:2]
+                fit_needs[i], models[i] = fit_need(r), model_mask(self.state, r)
                 fitted[i] = True
         times = np.zeros((len(shapes), width), dtype=np.int64)
         has_times = np.zeros(len(shapes), dtype=np.bool_)
@@ -650,7 +643,7 @@ class _Cycle:
             releases = self.timeline.releases()
             for i in plain:
                 if not requests[i].mig_profile:
-                    needs[i], gpu_ok[i] = self._request_facts(requests[i])[2:]
+                    needs[i], gpu_ok[i] = self.timeline.task_needs(requests[i])
                     computed[i] = True
         waiting = np.array([p in self.waiting for p in names], dtype=np.bool_)
         counters = np.array([self.tested, self.planned_count, bool(self.waiting), 0, NEVER])
@@ -818,15 +811,6 @@ class _Cycle:
                 mask = self.constraint_masks[where] = node_mask(self.state, *where)
             nodes = nodes & mask
         return nodes
-
-    def _request_facts(self, r: Request) -> RequestFacts:
-        """What the compiled walk reads of a request without MIG, kept across cycles."""
-        facts = self.p.cache.request_facts.get(r)
-        if facts is None:
-            need = np.array(fit_need(r), dtype=np.int64)
-            facts = (need, model_mask(self.state, r), *self.timeline.task_needs(r))
-            self.p.cache.request_facts[r] = facts
-        return facts
 
     def _plain_access(self, partition: str, where: NodeChoice | None) -> Access:
         """Access without a gate's word: the nodes, around the cycle's planned starts."""

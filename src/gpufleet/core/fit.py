@@ -7,6 +7,8 @@ request cost more than the scoring that follows.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numba import njit
 
@@ -115,12 +117,17 @@ def fit_state(state: ClusterState) -> FitState:
     )
 
 
-def fit_need(r: Request) -> list[int]:
-    """What the fit reads of a request but MIG (``room_now``'s ``need``)."""
-    return [
-        r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib,
-        r.min_gpu_memory_mib,
-    ]  # fmt: skip
+@lru_cache(maxsize=4096)
+def fit_need(r: Request) -> IntArray:
+    """What the fit reads of a request but MIG (``room_now``'s ``need``), read-only. Kept,
+    as every window asks again for the same few requests."""
+    need = np.array(
+        [r.cpu_milli, r.memory_mib, r.gpu_count, r.milli_per_gpu, r.gpu_memory_mib,
+         r.min_gpu_memory_mib],
+        dtype=np.int64,
+    )  # fmt: skip
+    need.flags.writeable = False
+    return need
 
 
 @njit(cache=True, nogil=True)

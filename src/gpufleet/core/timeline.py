@@ -450,23 +450,9 @@ class Timeline:
         """The state and the exact release events, as ``task_times`` reads them: those of
         ``_Events.build`` without its MIG ones, kept until a holder changes."""
         if self._releases is None:
-            st, f, now = self.state, self._flat(), self.now
-            width = st.gpu_milli_free.shape[1]
-            self._releases = (
-                st.healthy,
-                st.cpu_free,
-                st.mem_free,
-                st.gpu_milli_free,
-                st.gpu_mem_free,
-                f.node,
-                np.maximum(f.end, now),  # past ends count as now
-                f.cpu,
-                f.mem,
-                f.g_node * width + f.g_gpu,
-                np.maximum(f.g_end, now),
-                f.g_milli,
-                f.g_mem,
-            )
+            st = self.state
+            free = (st.healthy, st.cpu_free, st.mem_free, st.gpu_milli_free, st.gpu_mem_free)
+            self._releases = free + _release_arrays(self._flat(), self.now, st)
         return self._releases
 
     def _node_times(self, r: Request, ev: _Events) -> IntArray:
@@ -902,6 +888,16 @@ class RunningEvents(Rows[RunningJob]):
         return np.array(found, dtype=np.int64)
 
 
+def _release_arrays(
+    f: _Flat, now: int, st: ClusterState
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """The release events of ``f``'s tasks (node, time, CPU, memory) and GPU shares (slot,
+    time, milli-GPU, GPU memory); past ends count as now (which keeps them in order)."""
+    slot = f.g_node * st.gpu_milli_free.shape[1] + f.g_gpu
+    end, g_end = np.maximum(f.end, now), np.maximum(f.g_end, now)
+    return f.node, end, f.cpu, f.mem, slot, g_end, f.g_milli, f.g_mem
+
+
 @dataclass(frozen=True)
 class _Events:
     cpu: _Releases
@@ -923,8 +919,7 @@ class _Events:
     def build(cls, st: ClusterState, f: _Flat, now: int) -> _Events:
         """Events of ``f``: past ends count as now (which keeps them in order)."""
         width = st.gpu_milli_free.shape[1]
-        end, g_end = np.maximum(f.end, now), np.maximum(f.g_end, now)
-        slot = f.g_node * width + f.g_gpu
+        _, end, _, _, slot, g_end, _, _ = _release_arrays(f, now, st)
         mig_end = np.zeros(len(st.mig_free), dtype=np.int64)
         mig_held = np.zeros(len(st.mig_free), dtype=np.bool_)
         mig_end[f.m_index] = f.m_end
