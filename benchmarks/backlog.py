@@ -43,7 +43,7 @@ from typing import Any
 
 from gpufleet.core.model import GPU, Node
 from gpufleet.sim.driver import SimResult
-from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.profile import SimProfile, profile_from_dict, replay
 from gpufleet.sim.traces import load_trace
 
 TRACE = "synthetic:n_jobs=15000,seed=1,gpus_total=512,load=10"
@@ -81,14 +81,17 @@ def one(name: str, quick: bool, jobs_n: int | None) -> dict[str, Any]:
     if jobs_n is not None:
         trace = trace.replace("n_jobs=15000", f"n_jobs={jobs_n}")
     jobs = load_trace(trace)
-    profile = profile_from_dict({**POLICIES[name], "placement": {"plugin": "best-fit"}}, name)
+
+    def profile() -> SimProfile:  # a fresh one: plugins and caches keep state
+        return profile_from_dict({**POLICIES[name], "placement": {"plugin": "best-fit"}}, name)
+
     # The quick trace first: numba compiles the kernels the policy uses on their first
     # call (about 16 s for all of them after an install, cached on disk after that).
     warm = time.perf_counter()
-    replay(nodes(8), load_trace(QUICK_TRACE), profile)
+    replay(nodes(8), load_trace(QUICK_TRACE), profile())
     warmup = time.perf_counter() - warm
     start, cpu = time.perf_counter(), time.process_time()
-    result = replay(nodes(8 if quick else 64), jobs, profile)
+    result = replay(nodes(8 if quick else 64), jobs, profile())
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     samples = result.samples
     spans = [(b.time - a.time, a.pending) for a, b in pairwise(samples)]
