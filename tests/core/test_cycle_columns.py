@@ -327,6 +327,24 @@ def test_a_profile_reused_across_cycles_sees_node_health_and_shape() -> None:
     assert [a.node for a in run_cycle(snap, shared).starts["big"]] == [2]
 
 
+def test_a_profile_reused_across_cycles_sees_its_partitions_change() -> None:
+    # An 8-GPU job fits only a, which is busy: it waits for resources, but fits no node
+    # while its partition holds b alone.
+    state = cluster(node("a").gpus(8).used(8), node("b").gpus(4))
+    snap = Snapshot(
+        state=state,
+        running=(),
+        pending=[qjob("big").gpus(8).job()],
+        qos={"normal": QoS("normal")},
+        partitions={"main": Partition("main")},
+        now=0,
+    )
+    only_b = replace(snap, partitions={"main": Partition("main", nodes=("b",))})
+    shared = profile("easy", [])
+    for s, reason in [(snap, "Resources"), (only_b, NODE_NOT_AVAIL), (snap, "Resources")]:
+        assert run_cycle(s, shared).reasons == {"big": reason}
+
+
 def test_a_timeline_over_flattened_running_jobs_sees_the_same_releases() -> None:
     snap = busy_snapshot(4, 0)
     flattened = RunningEvents()

@@ -180,7 +180,7 @@ class Rows(Generic[T]):
         done, rows = (0 if array is None else len(array)), len(self.objects)
         if array is None or done < rows:
             fresh = np.array([of(o) for o in self.objects[done:]], dtype=dtype)
-            array = fresh if array is None else _grown(self._values_room, column, array, fresh)
+            array = fresh if array is None else grown(self._values_room, column, array, fresh)
             self._values[column] = array
         return array
 
@@ -194,12 +194,12 @@ class Rows(Generic[T]):
             fresh = [interned.setdefault(of(o), len(interned)) for o in self.objects[len(array) :]]
             keys.extend(list(interned)[len(keys) :])
             codes = np.array(fresh, dtype=np.int64)
-            array = _grown(self._codes_room, column, array, codes)
+            array = grown(self._codes_room, column, array, codes)
             self._codes[column] = (interned, keys, array)
         return array, keys
 
 
-def _grown(
+def grown(
     room: dict[str, npt.NDArray[Any]], column: str, array: npt.NDArray[Any], fresh: npt.NDArray[Any]
 ) -> npt.NDArray[Any]:
     """``array`` with ``fresh`` after it, written into the room behind ``array`` (a view of

@@ -52,12 +52,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import attrgetter
-from typing import Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.core import walk
-from gpufleet.core.columns import Rows, subset
+from gpufleet.core.columns import Rows, grown, subset
 from gpufleet.core.constraints import idle_nodes, node_mask
 from gpufleet.core.fit import fit_need, fit_state, model_mask
 from gpufleet.core.job import Job, Partition, RunningJob, gpu_milli_equivalent
@@ -163,13 +164,54 @@ class CycleCache:
     """``Timeline.task_needs`` by request."""
     shape_of: tuple[ClusterState, int] | None = None
     """The state and epoch that ``idle_fits`` and ``task_needs`` hold for."""
+    facts: ShapeFacts = field(default_factory=lambda: ShapeFacts())
+    """What the walk reads of each request shape (see ``ShapeFacts``)."""
 
-    def shaped(self, state: ClusterState) -> None:
-        """Forget what the state's shape fixed if this is another state, or another shape."""
+    def shaped(self, state: ClusterState, partitions: Mapping[str, Partition], fixed: bool) -> None:
+        """Forget what the state's shape fixed if this is another state, or another shape;
+        and the shape facts too if the health or the partitions changed, or they are
+        not ``fixed`` (placement filters may read more of the state)."""
         if self.shape_of != (state, state.epoch):  # the same state object, in the same shape
             self.idle_fits.clear()
             self.task_needs.clear()
             self.shape_of = (state, state.epoch)
+            self.facts = ShapeFacts()
+        of = (state.healthy.tobytes(), dict(partitions))
+        if not fixed or self.facts.of != of:
+            self.facts = ShapeFacts(of)
+
+
+@dataclass
+class ShapeFacts:
+    """Per request shape, what the walk reads that the cluster's shape, its health and
+    the partitions fix: the shape's nodes, whether it never fits them, and (but MIG)
+    what the compiled fit and node times read of its request. Rows by shape, kept
+    across cycles while those facts stay (``CycleCache.shaped``), each column grown
+    in place (``core.columns``), since a backlog's windows ask for the same few shapes.
+    """
+
+    of: tuple[bytes, dict[str, Partition]] | None = None
+    index: dict[ShapeKey, int] = field(default_factory=dict)
+    columns: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    room: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "nodes", "never", "plain", "fit_needs", "models", "needs", "gpu_ok"
+    )  # fmt: skip
+
+    def rows(self, keys: list[ShapeKey], make: Callable[[ShapeKey], tuple[Any, ...]]) -> IntArray:
+        """The row of each of ``keys`` (distinct), made by ``make`` (one array per name)
+        for the keys not seen yet."""
+        fresh = [k for k in keys if k not in self.index]
+        if fresh:
+            made = [make(k) for k in fresh]
+            for name, values in zip(self.NAMES, zip(*made, strict=True), strict=True):
+                column, stacked = self.columns.get(name), np.stack(values)
+                whole = stacked if column is None else grown(self.room, name, column, stacked)
+                self.columns[name] = whole
+            for k in fresh:
+                self.index[k] = len(self.index)
+        return np.array([self.index[k] for k in keys], dtype=np.int64)
 
 
 @dataclass
@@ -414,7 +456,7 @@ class _Cycle:
         # How long a job is taken to hold its nodes: its limit, or its estimate.
         self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
         cache = profile.cache
-        cache.shaped(self.state)
+        cache.shaped(self.state, snapshot.partitions, not profile.placement.filters)
         running_rows = cache.running.rows(snapshot.running)
         self.tally = Tally.of_running(cache.running, running_rows)
         bf = profile.backfill
@@ -607,44 +649,29 @@ class _Cycle:
         has_unfit = np.array([shape.unfit is not None for shape in shapes], dtype=np.bool_)
         failed = np.array([shape.failed_at for shape in shapes], dtype=np.int64)
         unplanned = np.array([shape.unplanned_at for shape in shapes], dtype=np.int64)
-        # Node facts only for the shapes of jobs the pass may test or plan.
+        facts = self.p.cache.facts
+        f = facts.rows(shape_keys, self._shape_facts)
+        columns = facts.columns
+        nodes, never, plain_fit = columns["nodes"][f], columns["never"][f], columns["plain"][f]
+        fit_needs, models = columns["fit_needs"][f], columns["models"][f]
+        needs, gpu_ok = columns["needs"][f], columns["gpu_ok"][f]
         width = self.state.num_nodes
-        nodes = np.zeros((len(shapes), width), dtype=np.bool_)
         unfit = np.zeros((len(shapes), width), dtype=np.bool_)
         room = np.zeros((len(shapes), width), dtype=np.bool_)
         has_room = np.zeros(len(shapes), dtype=np.bool_)
+        for i in _kinds_of(kind, admitted & ~alone & ~blocked[part]):
+            if shapes[i].unfit is not None:
+                unfit[i] = shapes[i].unfit
+            if requests[i] in self.rooms:
+                room[i], has_room[i] = self.rooms[requests[i]], True
         # The pass finds the room of shapes but MIG itself.
-        fit_needs = np.zeros((len(shapes), 6), dtype=np.int64)
-        models = np.zeros((len(shapes), len(self.state.models) + 1), dtype=np.bool_)
-        fitted = np.zeros(len(shapes), dtype=np.bool_)
-        never = np.zeros(len(shapes), dtype=np.bool_)
-        plain = _kinds_of(kind, admitted & ~alone & ~blocked[part])
-        for i in plain:
-            shape, key, r = shapes[i], shape_keys[i], requests[i]
-            nodes[i] = self._plain_access(key[1], _where(*key[3][:3])).nodes
-            if shape.never is None:
-                shape.never = not self._fits_idle(r, nodes[i])
-            never[i] = shape.never
-            if shape.unfit is not None:
-                unfit[i] = shape.unfit
-            if r in self.rooms:
-                room[i], has_room[i] = self.rooms[r], True
-            elif not r.mig_profile:
-                fit_needs[i], models[i] = fit_need(r), model_mask(self.state, r)
-                fitted[i] = True
+        fitted = plain_fit & ~has_room
         times = np.zeros((len(shapes), width), dtype=np.int64)
         has_times = np.zeros(len(shapes), dtype=np.bool_)
         # The pass computes the node times of planned starts, but with MIG or an estimate.
-        computed = np.zeros(len(shapes), dtype=np.bool_)
-        needs = np.zeros((len(shapes), 5), dtype=np.int64)
-        gpu_ok = np.zeros((len(shapes), *self.state.gpu_milli_free.shape), dtype=np.bool_)
-        releases = NO_RELEASES
+        releases, computed = NO_RELEASES, np.zeros(len(shapes), dtype=np.bool_)
         if bf is not None and self.timeline.will_run is None:
-            releases = self.timeline.releases()
-            for i in plain:
-                if not requests[i].mig_profile:
-                    needs[i], gpu_ok[i] = self.timeline.task_needs(requests[i])
-                    computed[i] = True
+            releases, computed = self.timeline.releases(), plain_fit
         waiting = np.array([p in self.waiting for p in names], dtype=np.bool_)
         counters = np.array([self.tested, self.planned_count, bool(self.waiting), 0, NEVER])
         limits = np.zeros(2, dtype=np.int64)
@@ -721,6 +748,22 @@ class _Cycle:
             own = [i in self.signalled_for or i in self.promised for i in ids]
             alone = alone | np.array(own, dtype=np.bool_)
         return alone
+
+    def _shape_facts(self, key: ShapeKey) -> tuple[Any, ...]:
+        """A shape's row of ``ShapeFacts``: its nodes, whether it never fits them, whether
+        it is without MIG, and but with MIG its ``fit_need``, ``model_mask`` and
+        ``Timeline.task_needs``."""
+        r = key[0]
+        nodes = self._nodes(key[1], _where(*key[3][:3]))
+        never = np.bool_(not self._fits_idle(r, nodes))
+        if r.mig_profile:
+            return (
+                nodes, never, np.False_, np.zeros(6, dtype=np.int64),
+                np.zeros(len(self.state.models) + 1, dtype=np.bool_), np.zeros(5, dtype=np.int64),
+                np.zeros(self.state.gpu_milli_free.shape, dtype=np.bool_),
+            )  # fmt: skip
+        need, gpu_ok = self.timeline.task_needs(r)
+        return nodes, never, np.True_, fit_need(r), model_mask(self.state, r), need, gpu_ok
 
     def _walked(
         self,
