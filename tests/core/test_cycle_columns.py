@@ -25,10 +25,11 @@ from gpufleet.core.plan import NODE_NOT_AVAIL, Plan
 from gpufleet.core.protocols import Admission
 from gpufleet.core.snapshot import QueueView, Snapshot, Tally
 from gpufleet.core.state import Assignment, BoolArray, IntArray
-from gpufleet.core.timeline import RunningEvents, Timeline
+from gpufleet.core.timeline import NEVER, RunningEvents, Timeline
 from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.placement.fit import FirstFit
+from gpufleet.policies.preemption import CheapestVictims
 from gpufleet.policies.queue import Fifo
 from scenario.harness import QueuedJobBuilder, Scenario, qjob
 
@@ -343,6 +344,69 @@ def test_a_profile_reused_across_cycles_sees_its_partitions_change() -> None:
     shared = profile("easy", [])
     for s, reason in [(snap, "Resources"), (only_b, NODE_NOT_AVAIL), (snap, "Resources")]:
         assert run_cycle(s, shared).reasons == {"big": reason}
+
+
+def carried_out(snap: Snapshot, plan: Plan) -> Snapshot:
+    """``snap`` once ``plan``'s starts run (on its state)."""
+    running = list(snap.running)
+    for job in snap.pending:
+        if job.id in plan.starts:
+            assignments = tuple(plan.starts[job.id])
+            for a in assignments:
+                snap.state.allocate(a)
+            started = replace(job, state=JobState.RUNNING, start_time=snap.now)
+            running.append(RunningJob(started, assignments, snap.now + job.time_limit_s))
+    pending = [j for j in snap.pending if j.id not in plan.starts]
+    return replace(snap, running=running, pending=pending)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    backfill=st.sampled_from(["none", "easy", "easy-2", "conservative"]),
+    later=st.integers(1, 6000),
+)
+def test_a_settled_plan_holds_while_only_the_clock_moves(
+    seed: int, backfill: str, later: int
+) -> None:
+    """What ``run_cycle``'s ``settled`` rests on: once a cycle starts nobody, a cycle
+    later on the same jobs, nobody having ended, starts nobody either and gives the
+    same reasons; with the settled plan it skips the walk."""
+    limits: list[Admission] = [PartitionLimits(), QosLimits()]
+    shared = profile(backfill, limits)
+    snap = busy_snapshot(seed, 150)
+    settled = run_cycle(snap, shared)
+    while settled.starts:  # a backfill test limit may leave some for the next cycle
+        snap = carried_out(snap, settled)
+        settled = run_cycle(snap, shared)
+    ends = [r.expected_end for r in snap.running]
+    moved = replace(snap, now=min(snap.now + later, min(ends, default=NEVER) - 1))
+    fresh = run_cycle(moved, profile(backfill, limits))
+    reused = run_cycle(moved, shared, settled=settled)
+    assert not fresh.starts and not fresh.preemptions
+    assert (reused.starts, reused.reasons) == (fresh.starts, fresh.reasons)
+    assert reused.considered == fresh.considered and reused.stats["tested"] == 0
+    assert fresh.stats["tested"] > 0 or backfill == "none"
+
+
+def test_a_settled_plan_is_not_taken_on_a_new_order_or_with_a_clocked_plugin() -> None:
+    limits: list[Admission] = [PartitionLimits(), QosLimits()]
+    shared = profile("easy", limits)
+    snap = busy_snapshot(1, 150)
+    snap = carried_out(snap, run_cycle(snap, shared))
+    settled = run_cycle(snap, shared)
+    assert not settled.starts
+    # The last job is resubmitted earliest: a new first job.
+    first = replace(snap.pending[-1], submit_time=-1)
+    moved = replace(snap, pending=[first, *snap.pending[:-1]], now=snap.now + 1)
+    plan = run_cycle(moved, shared, settled=settled)
+    assert plan.considered[0] == first.id and plan.stats["tested"] > 0
+    assert plan.reasons == run_cycle(moved, profile("easy", limits)).reasons
+    # Nor while another plugin reads the clock: a preemptor's exempt times pass.
+    later = replace(snap, now=snap.now + 1)
+    preempting = replace(shared, preemption=CheapestVictims())
+    assert run_cycle(later, shared, settled=settled).stats["tested"] == 0
+    assert run_cycle(later, preempting, settled=settled).stats["tested"] > 0
 
 
 def test_a_timeline_over_flattened_running_jobs_sees_the_same_releases() -> None:

@@ -1,14 +1,19 @@
-"""The usage ledger: loading usage restored from records."""
+"""The usage ledger: loading usage restored from records, and when orderings see usage."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from builders import cluster, node
 from gpufleet.core.accounts import Account, AccountTree, User
-from gpufleet.core.job import QoS
+from gpufleet.core.job import JobState, QoS, RunningJob
+from gpufleet.core.state import Assignment
 from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.fairshare import FairshareArgs
+from scenario.harness import qjob
 
 
 def ledger() -> UsageLedger:
@@ -20,11 +25,11 @@ def test_load_replaces_the_usage_as_of_its_time() -> None:
     led = ledger()
     led.view(0)
     usage = np.arange(len(led.tree), dtype=np.float64)
-    led.load(usage, at=100)
+    led.load(usage, at=300)
     usage[:] = 0  # the ledger keeps its own copy
-    seen = led.view(100).usage  # seen at once, not a recalc period later
+    seen = led.view(300).usage  # seen at once, not a recalc period later
     assert seen.tolist() == list(range(len(led.tree)))
-    later = led.view(100 + FairshareArgs().half_life_s).usage  # no run: it only decays
+    later = led.view(300 + FairshareArgs().half_life_s).usage  # no run: it only decays
     assert later[1:] == pytest.approx(seen[1:] / 2)
 
 
@@ -60,3 +65,46 @@ def test_views_change_at_multiples_of_the_recalc_period(
     fresh = led.view(new)
     assert fresh is not seen
     assert fresh.usage[1] < seen.usage[1]  # decayed since
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 3000), st.integers(1, 3000), st.sampled_from(["u", "v"])),
+        max_size=6,
+    ),
+    asked=st.lists(st.integers(0, 7000), max_size=12),
+)
+def test_views_do_not_depend_on_when_usage_was_asked_for(
+    runs: list[tuple[int, int, str]], asked: list[int]
+) -> None:
+    """Two ledgers charged with the same runs show the same usage at each multiple of the
+    period, bit for bit, however often one of them was asked in between (by views and
+    displays): a replay that skips a cycle sees what one that ran it sees."""
+    state = cluster(node("n").gpus(8))
+    tree = AccountTree([Account("a")], [User("u", "a"), User("v", "a")])
+
+    def ledger() -> UsageLedger:
+        led = UsageLedger(tree, FairshareArgs(), {"normal": QoS("normal")}, recalc_s=300)
+        led.state = state
+        return led
+
+    quiet, busy = ledger(), ledger()
+    events = []
+    for k, (start, length, user) in enumerate(runs):
+        b = qjob(f"j{k}").gpus(1).user(user, account="a")
+        job = b.job(state=JobState.RUNNING, start_time=start)
+        r = RunningJob(job, (Assignment(node=0, gpus=(0,), gpu_milli=1000),), start + length)
+        events += [(start, 1, r), (start + length, 0, r)]
+    events += [(t, 2, None) for t in asked] + [(t, 3, None) for t in range(0, 7200, 300)]
+    seen: dict[int, list[bytes]] = {}
+    for t, what, r in sorted(events, key=lambda e: (e[0], e[1])):
+        if what == 1 and r is not None:
+            quiet.start(r, t), busy.start(r, t)
+        elif what == 0 and r is not None:
+            quiet.stop(r, t), busy.stop(r, t)
+        elif what == 2:
+            busy.view(t), busy.current(t)
+        else:
+            seen[t] = [led.view(t).usage.tobytes() for led in (quiet, busy)]
+    assert all(a == b for a, b in seen.values())

@@ -246,12 +246,18 @@ class SchedulingProfile:
         treat them as events. With ``estimates`` runs pass their estimated
         ends as the clock moves, and the book expects them anew.
         """
-        if self.estimates:
-            return True
-        plugins: list[object] = [self.ordering, *self.admission]
+        return self.estimates or any(getattr(p, "clocked", True) for p in self._plugins())
+
+    def clock_moves_only_the_order(self) -> bool:
+        """Whether the ordering is the only plugin whose answer may change while only the
+        clock moves (see ``clocked``)."""
+        others = self._plugins()[1:]
+        return not self.estimates and not any(getattr(p, "clocked", True) for p in others)
+
+    def _plugins(self) -> list[object]:
+        """The plugins, the ordering first."""
         optional = (self.gate, self.backfill, self.preemption, self.repartition)
-        plugins += [p for p in optional if p is not None]
-        return any(getattr(p, "clocked", True) for p in plugins)
+        return [self.ordering, *self.admission, *(p for p in optional if p is not None)]
 
     def wake(self, now: int) -> int | None:
         """The first time after ``now`` at which a plugin's answer may change while only
@@ -262,11 +268,8 @@ class SchedulingProfile:
         """
         if self.estimates:
             return None
-        plugins: list[object] = [self.ordering, *self.admission]
-        optional = (self.gate, self.backfill, self.preemption, self.repartition)
-        plugins += [p for p in optional if p is not None]
         times = []
-        for p in plugins:
+        for p in self._plugins():
             if not getattr(p, "clocked", True):
                 continue
             next_change = getattr(p, "next_change", None)
@@ -400,11 +403,24 @@ def _known(queue: QueueView, attr: str, defined: Mapping[str, object]) -> BoolAr
     return np.array([k in defined for k in keys], dtype=np.bool_)[codes] if keys else codes > 0
 
 
-def run_cycle(snapshot: Snapshot, profile: SchedulingProfile, now: int | None = None) -> Plan:
-    """Decide starts, preemptions, planned starts and pending reasons; see the module docstring."""
+def run_cycle(
+    snapshot: Snapshot,
+    profile: SchedulingProfile,
+    now: int | None = None,
+    settled: Plan | None = None,
+) -> Plan:
+    """Decide starts, preemptions, planned starts and pending reasons; see the module docstring.
+
+    ``settled``: the last plan, when it started, stopped and deferred nobody and
+    only the clock moved since (the driver knows). If the ordering is the only
+    plugin that reads the clock and it still puts the same jobs first in the
+    same order, the walk would start and stop nobody either: holds begin no
+    earlier than they did and every window a job tries is later. The walk is
+    then skipped: the plan keeps that plan's reasons and planned starts.
+    """
     cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
     try:
-        plan = cycle.run()
+        plan = cycle.run(settled)
     finally:
         cycle.journal.rollback()
     if profile.repartition is not None:  # on the snapshot's own state, the walk undone
@@ -508,7 +524,7 @@ class _Cycle:
         self.quiet_gate = gate is None or (callable(quiet) and bool(quiet(snapshot)))
 
     # -- the walk ------------------------------------------------------------
-    def run(self) -> Plan:
+    def run(self, settled: Plan | None = None) -> Plan:
         s, plan, table = self.s, self.plan, self.p.cache.pending
         rows = table.rows(s.pending)
         stopped, reasons = self._static_reasons(QueueView(table, rows))
@@ -529,7 +545,16 @@ class _Cycle:
                 plan.stats["beyond_depth"] = float(len(candidates) - depth)
                 last = order[-1]
                 plan.cut = (-float(prio[last]), int(submit[last]), candidates[last].id)
-            self._walk(rows[order])
+            walked = rows[order]
+            ids = table.values("id", attrgetter("id"), object)[walked].tolist()
+            plan.considered = tuple(ids)
+            if self._unchanged(settled):
+                assert settled is not None
+                plan.reasons.update((i, settled.reasons[i]) for i in ids)
+                plan.expected_start.update(settled.expected_start)
+                plan.expected_nodes.update(settled.expected_nodes)
+            else:
+                self._walk(walked)
         if not plan.clocked:  # else the walk's own reasons wake it any time
             wakes: list[int | None] = [] if self.horizon_wake is None else [self.horizon_wake]
             if self.p.clocked():
@@ -545,6 +570,17 @@ class _Cycle:
             preempted=float(len(plan.preemptions)),
         )
         return plan
+
+    def _unchanged(self, settled: Plan | None) -> bool:
+        """Whether this cycle's walk would start and stop nobody, as the ``settled`` plan
+        (see ``run_cycle``) did: it considered the same jobs in the same order, in the
+        same kind of pass, and only the ordering reads the clock."""
+        return (
+            settled is not None
+            and settled.considered == self.plan.considered
+            and settled.backfilled == self.plan.backfilled
+            and self.p.clock_moves_only_the_order()
+        )
 
     def _static_reasons(self, queue: QueueView) -> tuple[IntArray, list[str]]:
         """The jobs held, of an unknown QoS or partition, not yet at their begin time, or

@@ -72,6 +72,8 @@ class Plan:
     cut: tuple[float, int, str] | None = None
     """When the queue depth cut the queue: the last job the walk considered, as its sort
     key (minus priority, submit time, id); None when every job was considered."""
+    considered: tuple[str, ...] = ()
+    """The jobs the walk considered, in order (``run_cycle``'s ``settled``)."""
     stats: dict[str, float] = field(default_factory=dict)
     backfilled: bool = False
     relayouts: list[Relayout] = field(default_factory=list)

@@ -25,10 +25,12 @@ class UsageLedger:
 
     A running job bills at a constant rate, so the ledger keeps the billed
     GPU-seconds per second of every association and decays and charges the
-    usage in one vector step whenever that rate changes. Each job's rate is
-    what ``charge`` bills it for one second, cached by what it depends on.
-    Orderings see a new ``AccountUsage`` at most once per ``recalc_s`` seconds,
-    at their multiples, as Slurm recomputes fairshare every PriorityCalcPeriod. ``state`` (whose
+    usage in one vector step whenever that rate changes, and at each multiple
+    of ``recalc_s``. Each job's rate is what ``charge`` bills it for one
+    second, cached by what it depends on. Orderings see a new
+    ``AccountUsage`` at most once per ``recalc_s`` seconds, as of their
+    multiples, as Slurm recomputes fairshare every PriorityCalcPeriod: what
+    they see depends only on when runs started and stopped. ``state`` (whose
     nodes' GPU models set the billing weight) is set by the ``JobBook`` that
     owns the ledger.
     """
@@ -48,17 +50,32 @@ class UsageLedger:
         self.rate = np.zeros(len(tree))
         self.index = np.arange(len(tree))
         self.at = 0
+        self.boundary = self.usage  # the usage at the last multiple of recalc_s passed
         self.snapshot = AccountUsage(tree, self.usage)
         self.snapshot_at: int | None = None
         self._rates: dict[tuple[str, str, str, int, str], npt.NDArray[np.float64]] = {}
 
     def _accrue(self, now: int) -> None:
-        if now > self.at:
-            elapsed = now - self.at
-            self.usage = accrue(
-                self.usage, elapsed, self.args.half_life_s, self.index, self.rate * elapsed
-            )
-            self.at = now
+        self.usage, self.at, boundary = self._stepped(now)
+        if boundary is not None:
+            self.boundary = boundary
+
+    def _stepped(
+        self, now: int
+    ) -> tuple[npt.NDArray[np.float64], int, npt.NDArray[np.float64] | None]:
+        """The usage decayed and charged from ``at`` to ``now``, in steps that end at each
+        multiple of ``recalc_s`` passed, as Slurm's decay thread charges at each
+        PriorityCalcPeriod: the usage then depends on when runs started and stopped,
+        not on when it was asked for. Returns it, its time, and its value at the last
+        multiple passed (None: none passed)."""
+        usage, at, boundary, step = self.usage, self.at, None, self.recalc_s
+        while now > at:
+            to = min(now, at - at % step + step) if step else now
+            usage = accrue(usage, to - at, self.args.half_life_s, self.index, self.rate * (to - at))
+            at = to
+            if step and at % step == 0:
+                boundary = usage
+        return usage, at, boundary
 
     def _job_rate(self, r: RunningJob) -> npt.NDArray[np.float64]:
         j = r.job
@@ -83,7 +100,7 @@ class UsageLedger:
             raise ValueError(f"usage: {len(self.tree)} values expected, got shape {values.shape}")
         if not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError("usage: values must be finite and non-negative")
-        self.usage = values
+        self.usage = self.boundary = values
         self.at = at
         self.snapshot_at = None
 
@@ -97,8 +114,7 @@ class UsageLedger:
 
     def current(self, now: int) -> AccountUsage:
         """The usage charged up to ``now``, whenever orderings last saw it (for displays)."""
-        self._accrue(now)
-        return AccountUsage(self.tree, np.maximum(self.usage, 0.0))
+        return AccountUsage(self.tree, np.maximum(self._stepped(now)[0], 0.0))
 
     def next_view(self) -> int | None:
         """When ``view`` next gives a new usage (None: at its first call): the next
@@ -111,11 +127,14 @@ class UsageLedger:
         return at - at % step + step
 
     def view(self, now: int) -> AccountUsage:
-        """The usage orderings see at ``now``."""
-        self._accrue(now)
+        """The usage orderings see at ``now``: as of the last multiple of ``recalc_s``
+        (without a period, as of ``now``)."""
         due = self.next_view()
         if due is None or now >= due:
+            step = self.recalc_s
+            self._accrue(now - now % step if step else now)
+            usage = self.boundary if step else self.usage
             # Subtracting rates can leave -1e-12 where a rate went back to 0.
-            self.snapshot = AccountUsage(self.tree, np.maximum(self.usage, 0.0))
+            self.snapshot = AccountUsage(self.tree, np.maximum(usage, 0.0))
             self.snapshot_at = now
         return self.snapshot

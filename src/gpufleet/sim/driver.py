@@ -701,7 +701,10 @@ class Simulation:
             for job in self.estimates.revise(self.book, self._name):
                 self.records[job.id].job = job
         snapshot = self.book.snapshot(now)
-        plan = run_cycle(snapshot, self.sched, now)
+        # Only the clock moved since a plan that changed nothing (see run_cycle).
+        steady = self.settled and self.steer is None
+        settled = self.last[1] if steady and self.last is not None else None
+        plan = run_cycle(snapshot, self.sched, now, settled)
         if self.steer is not None:
             plan = self.steer(snapshot, plan)
         self.last = snapshot, plan
