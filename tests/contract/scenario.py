@@ -174,7 +174,7 @@ class Cycle:
         )
 
 
-RunCycle = Callable[[Snapshot, SchedulingProfile, int], Plan]
+RunCycle = Callable[[Snapshot, SchedulingProfile, int, Plan | None], Plan]
 
 
 class CycleLog:
@@ -184,12 +184,14 @@ class CycleLog:
         self.real = real
         self.cycles: list[Cycle] = []
 
-    def __call__(self, snapshot: Snapshot, profile: SchedulingProfile, now: int) -> Plan:
+    def __call__(
+        self, snapshot: Snapshot, profile: SchedulingProfile, now: int, settled: Plan | None = None
+    ) -> Plan:
         # Read the snapshot first: the driver changes its state once the plan is applied.
         pending = tuple(sorted(snapshot.pending, key=lambda j: j.id))
         running = tuple(sorted(snapshot.running, key=lambda r: r.job.id))
         accounts = snapshot.accounts if isinstance(snapshot.accounts, AccountUsage) else None
-        plan = self.real(snapshot, profile, now)
+        plan = self.real(snapshot, profile, now, settled)
         nodes = snapshot.state.nodes
         self.cycles.append(
             Cycle(

@@ -107,9 +107,12 @@ def test_usage_decays_by_its_half_life_across_a_restart(db: Database) -> None:
         live = rows(c)[("vision", "ana")][0]
         c.restart()
         rebuilt = rows(c)[("vision", "ana")][0]
-        # 60 GPU-s halved once (the live ledger charges at the run's end: 30; the
-        # rebuild integrates the decay over the minute: 60 x 0.5 x ~1.0058).
-        assert live == pytest.approx(30, rel=1e-3)
+        # 60 GPU-s halved once. The live ledger charges each second at its period's
+        # end (priority_calc_s = 1), decayed since: 0.5 x (1 + d + ... + d^59), d the
+        # decay of one second; the rebuild integrates the decay over the minute:
+        # 60 x 0.5 x ~1.0058.
+        d = 0.5 ** (1 / HOUR)
+        assert live == pytest.approx(0.5 * sum(d**k for k in range(60)), rel=1e-9)
         assert rebuilt == pytest.approx(30, rel=1e-2)
     finally:
         c.ctl.stop()

@@ -19,7 +19,7 @@ over a deep queue does no Python work per queued job.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, MutableMapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -28,6 +28,7 @@ import numpy.typing as npt
 from gpufleet.core.state import IntArray
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class Log(Generic[T]):
@@ -73,6 +74,40 @@ class Log(Generic[T]):
     def entries(self) -> Entries[T]:
         """The live objects in order, as they are now."""
         return Entries(self._items, np.flatnonzero(self._live[: len(self._items)]))
+
+
+class LogMap(MutableMapping[K, T]):
+    """A dictionary that keeps its values in a ``Log`` too, so ``entries()`` lists them as
+    a view whose rows ``Rows`` finds without looking at each one. The view has them in
+    the order they were last set (the dictionary keeps the first)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[K, T] = {}
+        self._log: Log[T] = Log()
+
+    def __getitem__(self, key: K) -> T:
+        return self._by_key[key]
+
+    def __setitem__(self, key: K, value: T) -> None:
+        self._by_key[key] = value
+        self._log.add(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        del self._by_key[key]
+        self._log.discard(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def entries(self) -> Entries[T]:
+        """The values, as ``Log.entries``."""
+        return self._log.entries()
 
 
 class Entries(Sequence[T]):

@@ -64,7 +64,7 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from gpufleet.core.columns import Log
+from gpufleet.core.columns import LogMap
 from gpufleet.core.job import Job, JobState, Partition, PreemptMode, QoS, Reservation, RunningJob
 from gpufleet.core.mig import MigInstance, validate_layout
 from gpufleet.core.model import MILLI, Node
@@ -191,10 +191,9 @@ class JobBook:
         self.ledger = ledger
         if ledger is not None:
             ledger.state = self.state
-        self.pending: dict[str, Job] = {}
-        # The queue again, as a log the snapshot hands out without copying every job.
-        self._queue: Log[Job] = Log()
-        self.running: dict[str, RunningJob] = {}
+        # Logged, so the snapshot hands them out without copying (core.columns.LogMap).
+        self.pending: LogMap[str, Job] = LogMap()
+        self.running: LogMap[str, RunningJob] = LogMap()
         self.signals: dict[str, Signalled] = {}
         # A deferred start's room, then, once its victims are gone, promised for one cycle.
         self.deferred: dict[str, tuple[Assignment, ...]] = {}
@@ -226,7 +225,7 @@ class JobBook:
             if runs < 0:
                 raise ValueError(f"job {job.id}: runs must be 0 or more, got {runs}")
             self.runs[job.id] = runs
-        self._queue_job(job)
+        self.pending[job.id] = job
 
     def restore(self, r: RunningJob, *, run: int = 1, signal: Signalled | None = None) -> None:
         """Put back a run already under way: its allocation, and its signal if in grace time.
@@ -255,11 +254,7 @@ class JobBook:
         """Describe a pending job anew (a new runtime estimate), keeping its place and runs."""
         if job.id not in self.pending:
             raise UnknownJob(job.id)
-        self._queue_job(job)
-
-    def _queue_job(self, job: Job) -> None:
         self.pending[job.id] = job
-        self._queue.add(job.id, job)
 
     def withdraw(self, job_id: str) -> Job:
         """Take a pending job off the queue (cancelled or held away) and return it."""
@@ -267,7 +262,6 @@ class JobBook:
             job = self.pending.pop(job_id)
         except KeyError:
             raise UnknownJob(job_id) from None
-        self._queue.discard(job_id)
         self.deferred.pop(job_id, None)
         self.promised.pop(job_id, None)
         return job
@@ -278,8 +272,8 @@ class JobBook:
             self._extend_overruns(now)
         return Snapshot(
             state=self.state,
-            running=list(self.running.values()),
-            pending=self._queue.entries(),
+            running=self.running.entries(),
+            pending=self.pending.entries(),
             qos=self.qos,
             partitions=self.partitions,
             now=now,
@@ -416,7 +410,6 @@ class JobBook:
         if not self._allocate(assignments):
             return None  # a victim in its grace time still holds what the plan gave this job
         del self.pending[job_id]
-        self._queue.discard(job_id)
         self.deferred.pop(job_id, None)
         run = self.runs.get(job_id, 0) + 1
         self.runs[job_id] = run
@@ -489,7 +482,7 @@ class JobBook:
                 gpu_seconds_attained=attained,
                 requeued_at=now,
             )
-            self._queue_job(job)
+            self.pending[job.id] = job
         if sig is not None:
             self._promise(sig.for_job)
         return RunEnd(job_id, self.runs[job_id], outcome, start, now, r.assignments, job)

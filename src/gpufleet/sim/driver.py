@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import time as wallclock
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -427,11 +427,11 @@ class Simulation:
         return self.book.state
 
     @property
-    def pending(self) -> dict[str, Job]:
+    def pending(self) -> Mapping[str, Job]:
         return self.book.pending
 
     @property
-    def running(self) -> dict[str, RunningJob]:
+    def running(self) -> Mapping[str, RunningJob]:
         return self.book.running
 
     # -- set-up ----------------------------------------------------------------
