@@ -451,21 +451,28 @@ jobs_ = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(jobs_, st.lists(st.lists(st.tuples(st.integers(0, 11), st.booleans())), max_size=6))
+CHANGES = st.sampled_from(["none", "end", "checkpoint"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(jobs_, st.lists(st.lists(st.tuples(st.integers(0, 11), CHANGES)), max_size=6))
 def test_running_jobs_flattened_across_cycles_match_a_fresh_flattening(
-    specs: list[tuple[int, list[tuple[int, int]]]], cycles: list[list[tuple[int, bool]]]
+    specs: list[tuple[int, list[tuple[int, int]]]], cycles: list[list[tuple[int, str]]]
 ) -> None:
-    # Each cycle runs some of the jobs; a job may come back changed (a new object: it
-    # ends 1000 s later), as a driver hands a job whose expected end moved.
+    # Each cycle runs some of the jobs; a job may come back changed (a new object): it
+    # ends 1000 s later, as a driver hands a job whose expected end moved, or only its
+    # job changed, as at a checkpoint.
     pool = [running_job(i, end, places) for i, (end, places) in enumerate(specs)]
     kept = RunningEvents()
     for cycle in cycles:
         running: dict[int, RunningJob] = {}
-        for i, changed in cycle:
+        for i, change in cycle:
             if i < len(pool):
-                if changed:
-                    pool[i] = replace(pool[i], expected_end=pool[i].expected_end + 1000)
+                r = pool[i]
+                if change == "end":
+                    pool[i] = replace(r, expected_end=r.expected_end + 1000)
+                elif change == "checkpoint":
+                    pool[i] = replace(r, job=replace(r.job, last_checkpoint=1))
                 running[i] = pool[i]
         jobs = list(running.values())
         fresh = RunningEvents()
