@@ -129,8 +129,8 @@ class ServerConfig(_Strict):
         300,
         ge=0,
         le=86400,
-        description="orderings see new fairshare usage once per this many seconds, at its "
-        "multiples (PriorityCalcPeriod)",
+        description="fairshare usage is charged at each multiple of this many seconds, and "
+        "orderings see it as of the last one (PriorityCalcPeriod)",
     )
     max_payload_bytes: int = Field(
         2 * 1024 * 1024, ge=4096, le=1 << 30, description="larger request bodies get 413"
