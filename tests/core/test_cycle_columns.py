@@ -407,6 +407,9 @@ def test_a_settled_plan_is_not_taken_on_a_new_order_or_with_a_clocked_plugin() -
     preempting = replace(shared, preemption=CheapestVictims())
     assert run_cycle(later, shared, settled=settled).stats["tested"] == 0
     assert run_cycle(later, preempting, settled=settled).stats["tested"] > 0
+    # Nor on another cluster: a node failed (or came, left, or changed partition).
+    later.state.healthy[0] = False
+    assert run_cycle(later, shared, settled=settled).stats["tested"] > 0
 
 
 def test_a_timeline_over_flattened_running_jobs_sees_the_same_releases() -> None:

@@ -167,18 +167,21 @@ class CycleCache:
     facts: ShapeFacts = field(default_factory=lambda: ShapeFacts())
     """What the walk reads of each request shape (see ``ShapeFacts``)."""
 
-    def shaped(self, state: ClusterState, partitions: Mapping[str, Partition], fixed: bool) -> None:
+    def shaped(self, state: ClusterState, partitions: Mapping[str, Partition], fixed: bool) -> bool:
         """Forget what the state's shape fixed if this is another state, or another shape;
         and the shape facts too if the health or the partitions changed, or they are
-        not ``fixed`` (placement filters may read more of the state)."""
+        not ``fixed`` (placement filters may read more of the state). True when nothing
+        was forgotten: the cluster is the last cycle's but for its allocations."""
+        kept = True
         if self.shape_of != (state, state.epoch):  # the same state object, in the same shape
             self.idle_fits.clear()
             self.task_needs.clear()
             self.shape_of = (state, state.epoch)
-            self.facts = ShapeFacts()
+            self.facts, kept = ShapeFacts(), False
         of = (state.healthy.tobytes(), dict(partitions))
         if not fixed or self.facts.of != of:
-            self.facts = ShapeFacts(of)
+            self.facts, kept = ShapeFacts(of), False
+        return kept
 
 
 @dataclass
@@ -412,11 +415,13 @@ def run_cycle(
     """Decide starts, preemptions, planned starts and pending reasons; see the module docstring.
 
     ``settled``: the last plan, when it started, stopped and deferred nobody and
-    only the clock moved since (the driver knows). If the ordering is the only
-    plugin that reads the clock and it still puts the same jobs first in the
-    same order, the walk would start and stop nobody either: holds begin no
-    earlier than they did and every window a job tries is later. The walk is
-    then skipped: the plan keeps that plan's reasons and planned starts.
+    only the clock moved since (the driver knows; jobs may have arrived past the
+    queue depth's cut). If the cluster is the one the profile's last cycle saw,
+    the ordering is the only plugin that reads the clock and it still puts the
+    same jobs first in the same order, the walk would start and stop nobody
+    either: holds begin no earlier than they did and every window a job tries
+    is later. The walk is then skipped: the plan keeps that plan's reasons and
+    planned starts.
     """
     cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
     try:
@@ -472,7 +477,10 @@ class _Cycle:
         # How long a job is taken to hold its nodes: its limit, or its estimate.
         self.length_attr = "expected_runtime_s" if profile.estimates else "time_limit_s"
         cache = profile.cache
-        cache.shaped(self.state, snapshot.partitions, not profile.placement.filters)
+        # Whether the cluster is the last cycle's but for its allocations (see _unchanged).
+        self.same_cluster = cache.shaped(
+            self.state, snapshot.partitions, not profile.placement.filters
+        )
         running_rows = cache.running.rows(snapshot.running)
         self.tally = Tally.of_running(cache.running, running_rows)
         bf = profile.backfill
@@ -573,10 +581,13 @@ class _Cycle:
 
     def _unchanged(self, settled: Plan | None) -> bool:
         """Whether this cycle's walk would start and stop nobody, as the ``settled`` plan
-        (see ``run_cycle``) did: it considered the same jobs in the same order, in the
-        same kind of pass, and only the ordering reads the clock."""
+        (see ``run_cycle``) did: it considered the same jobs in the same order, on the
+        same cluster (this profile's last cycle's: no node came, left, failed or
+        changed partition), in the same kind of pass, and only the ordering reads the
+        clock."""
         return (
             settled is not None
+            and self.same_cluster
             and settled.considered == self.plan.considered
             and settled.backfilled == self.plan.backfilled
             and self.p.clock_moves_only_the_order()
