@@ -421,7 +421,8 @@ def run_cycle(
     same jobs first in the same order, the walk would start and stop nobody
     either: holds begin no earlier than they did and every window a job tries
     is later. The walk is then skipped: the plan keeps that plan's reasons and
-    planned starts.
+    planned starts, and only the ordering wakes it (a start that the backfill
+    window cut off is planned by the next walk).
     """
     cycle = _Cycle(snapshot, profile, snapshot.now if now is None else now)
     try:
@@ -558,7 +559,7 @@ class _Cycle:
             plan.considered = tuple(ids)
             if self._unchanged(settled):
                 assert settled is not None
-                plan.reasons.update((i, settled.reasons[i]) for i in ids)
+                plan.reasons.update((i, settled.reasons[i]) for i in ids if i in settled.reasons)
                 plan.expected_start.update(settled.expected_start)
                 plan.expected_nodes.update(settled.expected_nodes)
             else:
