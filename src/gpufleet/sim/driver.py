@@ -367,7 +367,8 @@ class Simulation:
         nodes = [*nodes, *initial]
         more = [range(p.min_nodes + 1, p.max_nodes + 1) for p in pools]
         every = [
-            *nodes, *(p.node(p.node_name(k)) for p, ks in zip(pools, more, strict=True) for k in ks)
+            *nodes,
+            *(p.node(p.node_name(k)) for p, ks in zip(pools, more, strict=True) for k in ks),
         ]
         # Utilisation is measured against the cluster at the pools' full size.
         self.full_milli = sum(len(n.gpus) for n in every) * MILLI if pools else None
@@ -551,7 +552,10 @@ class Simulation:
                 scale |= ev.kind in SCALE_AFTER
                 if self._handle(ev):
                     wanted = True
-                    self.settled &= ev.kind is Kind.SCHEDULE or self._beyond_cut(ev)
+                    # Once unsettled, no arrival needs testing against the last cut.
+                    self.settled = self.settled and (
+                        ev.kind is Kind.SCHEDULE or self._beyond_cut(ev)
+                    )
             if wanted:
                 cycles = self.cycles
                 self._maybe_cycle(t)
