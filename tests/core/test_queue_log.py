@@ -41,6 +41,9 @@ def test_the_first_jobs_are_those_of_the_full_sort(
     submit = np.array([t for _, t in keys], dtype=np.int64)
     whole = queue_order(prio, jobs, submit)
     assert queue_order(prio, jobs, submit, first) == whole[:first]
+    # A guess of where the first-th sorts, right or wrong, changes nothing.
+    guess = rnd.choice(keys)
+    assert queue_order(prio, jobs, submit, first, (-guess[0], guess[1])) == whole[:first]
 
 
 @settings(max_examples=300, deadline=None)
@@ -55,7 +58,11 @@ def test_leading_keeps_exactly_the_keys_up_to_the_first_th(
     neg = np.array([p for p, _ in keys])
     submit = np.array([t for _, t in keys], dtype=np.int64)
     kth = sorted(keys)[first - 1]
-    assert leading(neg, submit, first).tolist() == [i for i, k in enumerate(keys) if k <= kth]
+    want = [i for i, k in enumerate(keys) if k <= kth]
+    assert leading(neg, submit, first).tolist() == want
+    # With a bound, whether at least first keys are within it or not.
+    bound, bound_submit = data.draw(st.sampled_from(keys))
+    assert leading(neg, submit, first, bound, bound_submit).tolist() == want
 
 
 def _job(key: str, version: int) -> Job:

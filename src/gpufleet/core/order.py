@@ -17,12 +17,27 @@ from gpufleet.core.state import IntArray
 
 
 @njit(cache=True, nogil=True)
-def leading(neg: FloatArray, submit: IntArray, first: int) -> IntArray:
+def leading(
+    neg: FloatArray, submit: IntArray, first: int, bound: float = np.inf, bound_submit: int = 0
+) -> IntArray:
     """Indices, ascending, of the jobs whose (``neg``, ``submit``) is at most the
-    ``first``-th smallest (1 <= ``first`` <= the number of jobs)."""
+    ``first``-th smallest (1 <= ``first`` <= the number of jobs).
+
+    (``bound``, ``bound_submit``) is a guess of a key that at least ``first`` jobs do
+    not exceed, such as the last cycle's cut: when they are so many, the select runs
+    over them alone (the first-th key is among them, so the answer is the same);
+    otherwise over every job.
+    """
     n = len(neg)
-    idx = np.arange(n)
-    lo, hi, k = 0, n - 1, first - 1
+    idx = np.empty(n, dtype=np.int64)
+    m = 0
+    for v in range(n):
+        if neg[v] < bound or (neg[v] == bound and submit[v] <= bound_submit):
+            idx[m] = v
+            m += 1
+    if m < first:
+        idx, m = np.arange(n), n
+    lo, hi, k = 0, m - 1, first - 1
     while lo < hi:  # Hoare's selection: idx[k] ends as the k-th smallest key
         p = idx[(lo + hi) // 2]
         pn, ps = neg[p], submit[p]
@@ -44,9 +59,9 @@ def leading(neg: FloatArray, submit: IntArray, first: int) -> IntArray:
             break
     kn, ks = neg[idx[k]], submit[idx[k]]
     out = np.empty(n, dtype=np.int64)
-    m = 0
+    c = 0
     for v in range(n):
         if neg[v] < kn or (neg[v] == kn and submit[v] <= ks):
-            out[m] = v
-            m += 1
-    return out[:m]
+            out[c] = v
+            c += 1
+    return out[:c]
