@@ -102,7 +102,7 @@ def test_walks_skipped_after_a_settled_plan_change_nothing(
     taken: list[bool] = []
     unchanged = _Cycle._unchanged
 
-    def counted(self: _Cycle, settled: Plan | None) -> bool:
+    def counted(self: _Cycle, settled: Plan) -> bool:
         taken.append(unchanged(self, settled))
         return taken[-1]
 

@@ -564,8 +564,7 @@ class _Cycle:
             walked = rows[order]
             ids = table.values("id", attrgetter("id"), object)[walked].tolist()
             plan.considered = tuple(ids)
-            if self._unchanged(settled):
-                assert settled is not None
+            if settled is not None and self._unchanged(settled):
                 plan.reasons.update((i, settled.reasons[i]) for i in ids if i in settled.reasons)
                 plan.expected_start.update(settled.expected_start)
                 plan.expected_nodes.update(settled.expected_nodes)
@@ -587,15 +586,14 @@ class _Cycle:
         )
         return plan
 
-    def _unchanged(self, settled: Plan | None) -> bool:
+    def _unchanged(self, settled: Plan) -> bool:
         """Whether this cycle's walk would start and stop nobody, as the ``settled`` plan
         (see ``run_cycle``) did: it considered the same jobs in the same order, on the
         same cluster (this profile's last cycle's: no node came, left, failed or
         changed partition), in the same kind of pass, and only the ordering reads the
         clock."""
         return (
-            settled is not None
-            and self.same_cluster
+            self.same_cluster
             and settled.considered == self.plan.considered
             and settled.backfilled == self.plan.backfilled
             and self.p.clock_moves_only_the_order()

@@ -28,16 +28,10 @@ def leading(
     over them alone (the first-th key is among them, so the answer is the same);
     otherwise over every job.
     """
-    n = len(neg)
-    idx = np.empty(n, dtype=np.int64)
-    m = 0
-    for v in range(n):
-        if neg[v] < bound or (neg[v] == bound and submit[v] <= bound_submit):
-            idx[m] = v
-            m += 1
-    if m < first:
-        idx, m = np.arange(n), n
-    lo, hi, k = 0, m - 1, first - 1
+    idx = _within(neg, submit, bound, bound_submit)
+    if len(idx) < first:
+        idx = np.arange(len(neg))
+    lo, hi, k = 0, len(idx) - 1, first - 1
     while lo < hi:  # Hoare's selection: idx[k] ends as the k-th smallest key
         p = idx[(lo + hi) // 2]
         pn, ps = neg[p], submit[p]
@@ -57,11 +51,16 @@ def leading(
             lo = i
         else:
             break
-    kn, ks = neg[idx[k]], submit[idx[k]]
-    out = np.empty(n, dtype=np.int64)
+    return _within(neg, submit, neg[idx[k]], submit[idx[k]])
+
+
+@njit(cache=True, nogil=True)
+def _within(neg: FloatArray, submit: IntArray, key: float, key_submit: int) -> IntArray:
+    """Indices, ascending, of the jobs whose (``neg``, ``submit``) is at most the key."""
+    out = np.empty(len(neg), dtype=np.int64)
     c = 0
-    for v in range(n):
-        if neg[v] < kn or (neg[v] == kn and submit[v] <= ks):
+    for v in range(len(neg)):
+        if neg[v] < key or (neg[v] == key and submit[v] <= key_submit):
             out[c] = v
             c += 1
     return out[:c]
