@@ -127,6 +127,19 @@ def test_an_unknown_node_registers_again(tmp_path: Path) -> None:
         eventually(lambda: len(fake.registrations) == 2)
 
 
+def test_a_retired_node_waits_to_be_stopped(tmp_path: Path) -> None:
+    """Once registered, a refused registration does not end the agent: a node that
+    autoscaling retires is forgotten and its token revoked, and the provider's stop may
+    come after the agent's next sync. It waits, as after a refused sync, until it is
+    stopped or let in again."""
+    fake = FakeController()
+    with serve(fake) as url, running_agent(url, tmp_path / "state"):
+        eventually(lambda: fake.registered)
+        fake.refusals = [404, 401]  # the sync finds the node gone, the registration the token
+        eventually(lambda: not fake.refusals)
+        eventually(lambda: len(fake.registrations) == 2)
+
+
 def test_a_refused_token_ends_the_agent(tmp_path: Path) -> None:
     fake = FakeController()
     runner = Runner(tmp_path / "state", "n1", same_user=True)

@@ -16,6 +16,8 @@ kill of a run never started ends it unstarted, so its start never runs.
 When the controller cannot be reached the agent retries with exponential
 backoff (with jitter, at most ``max_backoff_s``) and its runs go on; a
 controller that no longer knows the node (404) gets a fresh registration.
+Only the first registration's refusal ends the loop; once registered, a
+refusal is waited out, ``max_backoff_s`` at a time.
 """
 
 from __future__ import annotations
@@ -130,8 +132,8 @@ class Agent:
     def run(self) -> None:
         """Register, then sync until ``stop``.
 
-        Raise Refused when the controller refuses the registration (a bad
-        token or inventory): retrying would not help.
+        Raise Refused when the controller refuses the first registration (a
+        bad token or inventory): retrying would not help.
         """
         monitor = threading.Thread(target=self._monitor, name="agent-monitor", daemon=True)
         monitor.start()
@@ -140,17 +142,23 @@ class Agent:
             threading.Thread(target=self._check_loop, name="agent-checks", daemon=True).start()
         try:
             self._until_done(self.register)
+            known = True
             while not self._stop.is_set():
                 try:
+                    if not known:
+                        self._until_done(self.register)
+                        known = True
                     self._until_done(
                         lambda: self.sync(wait_s=min(self.heartbeat_s, self._max_wait_s))
                     )
                 except NotRegistered:
                     log.warning("node %s is unknown to the controller; registering", self.node)
-                    self._until_done(self.register)
+                    known = False
                 except Refused as e:
-                    # Registered once, so the setup was right: wait for it to be again.
-                    log.error("the controller refused a sync: %s", e)
+                    # Registered once, so the setup was right: wait for it to be again. A
+                    # node retired by autoscaling lands here too (forgotten, its token
+                    # revoked) until its provider stops the agent.
+                    log.error("the controller refused the agent: %s", e)
                     self._stop.wait(self._max_backoff_s)
         finally:
             self._stop.set()
