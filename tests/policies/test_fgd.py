@@ -357,6 +357,20 @@ def test_stranded_gpu_is_what_cpu_and_memory_cannot_carry(
     assert got.tolist() == [pytest.approx(expected)]
 
 
+def test_stranding_ratios_are_the_gpu_demands_medians_not_its_means() -> None:
+    # Six 1-GPU tasks with 8 CPUs and 32 GiB, one 4-GPU task with 80 CPUs and 640 GiB:
+    # 6 of the 10 GPUs asked come with 8 milli-CPU and 32.768 MiB per milli-GPU, so
+    # those are the medians (the means, 12.8 and 85.2, follow the one heavy task).
+    requests = [job().gpus(1).cpu(8000).memory(32_768).build()] * 6
+    requests += [job().gpus(4).cpu(80_000).memory(655_360).build()]
+    workload = Workload.from_requests(requests, ["V100"], memory=True)
+    assert (workload.cpu_per_milli, workload.memory_per_milli) == (8.0, 32.768)
+    # A 4-GPU node with 32 CPUs and 128 GiB free, the build most of the tasks fill,
+    # strands nothing.
+    idle = stranded(np.array([4000]), np.array([32_000]), np.array([131_072]), workload)
+    assert idle.tolist() == [0.0]
+
+
 def test_stranding_ignores_memory_unless_the_measure_counts_it() -> None:
     workload = Workload.from_requests(
         [job().gpus(1).cpu(12_000).memory(98_304).build()], ["A100-80GB"]

@@ -28,11 +28,11 @@ largest tasks, and on workloads without shares or short of CPU that cost
 more than it won. A profile may blend the paper's measure and this one.
 
 Both measures ask about one node and the types one at a time. A third,
-*stranding*, looks at the balance between a node's resources: the workload's
-GPU tasks bring, on average, ``cpu_per_milli`` milli-CPU and
-``memory_per_milli`` MiB per milli-GPU they ask for, so a node can expect to
-use only as much of its free GPU capacity as its free CPU and memory can
-carry at those ratios. The rest is stranded (``stranded``). Where the
+*stranding*, looks at the balance between a node's resources: half of the
+workload's GPU demand brings at most ``cpu_per_milli`` milli-CPU and
+``memory_per_milli`` MiB per milli-GPU it asks for (the medians), so a node
+can expect to use only as much of its free GPU capacity as its free CPU and
+memory can carry at those ratios. The rest is stranded (``stranded``). Where the
 workload would exhaust CPU before GPUs (``runs_out_first``), CPU-only
 tasks draw on that CPU too, and the ratios are taken over every task
 (``competing``).
@@ -146,7 +146,6 @@ class Workload:
         keys = sorted(kept, key=lambda k: (k[2], k[1], k[0], sorted(k[3]), k[4]))
         total = covered
         gpu_keys = [k for k in keys if k[1]]
-        gpu_milli = sum(counts[k] * k[1] * k[2] for k in gpu_keys)
         threshold = np.array(sorted({k[2] for k in keys}), dtype=np.int64)
         ok = np.array(
             [[not k[3] or m in k[3] for m in models] or [True] for k in keys], dtype=np.bool_
@@ -162,9 +161,25 @@ class Workload:
             level=np.searchsorted(threshold, [k[2] for k in keys]).astype(np.int64),
             fit_weight=fit_weight,
             capacity_weight=capacity_weight,
-            cpu_per_milli=sum(counts[k] * k[0] for k in gpu_keys) / max(gpu_milli, 1),
-            memory_per_milli=sum(counts[k] * k[4] for k in gpu_keys) / max(gpu_milli, 1),
+            cpu_per_milli=_median_ratio([(k[0], k[1] * k[2], counts[k]) for k in gpu_keys]),
+            memory_per_milli=_median_ratio([(k[4], k[1] * k[2], counts[k]) for k in gpu_keys]),
         )
+
+
+def _median_ratio(types: list[tuple[int, int, int]]) -> float:
+    """The median of ``amount / milli`` over the milli-GPU that ``(amount, milli, count)``
+    types ask for: half of the GPU demand asks for that much per milli-GPU or less.
+
+    Not the mean: a few heavy tasks (openb's 8-GPU pods with 120 CPUs) pull the mean
+    above what most GPU work asks, and at the mean a node whose own ratio lies between
+    the two looks stranding although most tasks fill it."""
+    if not types:
+        return 0.0
+    ratios = np.array([amount / milli for amount, milli, _ in types])
+    weight = np.array([milli * count for _, milli, count in types], dtype=np.float64)
+    order = np.argsort(ratios, kind="stable")
+    cumulative = np.cumsum(weight[order])
+    return float(ratios[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
 
 
 GPU, CPU, MEMORY = 0, 1, 2
@@ -192,7 +207,8 @@ def competing(workload: Workload) -> Workload:
     """``workload`` with its stranding ratios taken over every task, CPU-only ones too:
     the CPU and memory that all of its tasks ask per milli-GPU. Where CPU runs out
     first, CPU-only tasks draw on the CPU beside free GPUs as GPU tasks do, so that
-    CPU carries less GPU than the GPU tasks' own ratio says."""
+    CPU carries less GPU than the GPU tasks' own ratio says. These are means, not
+    medians: when CPU runs short, what matters is all the CPU the tasks ask together."""
     gpu = float(workload.freq @ (workload.gpus * workload.milli))
     return replace(
         workload,
@@ -206,7 +222,7 @@ def stranded(
 ) -> FloatArray:
     """Free milli-GPU that the free CPU and memory beside it cannot carry.
 
-    At the workload's average ratios, ``cpu_free`` milli-CPU carries
+    At the workload's ratios, ``cpu_free`` milli-CPU carries
     ``cpu_free / cpu_per_milli`` milli-GPU of tasks, and likewise for memory;
     whatever GPU capacity exceeds the smaller of the two is stranded. A ratio
     of zero (a workload that does not ask for the resource) strands nothing.
