@@ -13,8 +13,8 @@ The fill counts a MIG pod by its share of the GPU's compute slices
 
 ``python benchmarks/fill_mig.py --json`` prints, as its last line, the mean
 allocation % at 100% arrived per policy and the share of MIG pods refused by
-100% arrived. ``--quick`` fills every tenth openb node (``quick.py``) with seed
-42 only, in one process.
+100% arrived, in all and per request type (``sim fill``'s types). ``--quick``
+fills every tenth openb node (``quick.py``) with seed 42 only, in one process.
 """
 
 from __future__ import annotations
@@ -96,9 +96,19 @@ def main() -> None:
         mig = [k for k in group[0].arrived_by_type if k.startswith("mig:")]
         arrived = sum(r.arrived_by_type.get(k, 0) for r in group for k in mig)
         refused = sum(r.refused_by_type.get(k, 0) for r in group for k in mig)
+        by_type = {
+            k: round(
+                100
+                * sum(r.refused_by_type.get(k, 0) for r in group)
+                / max(sum(r.arrived_by_type.get(k, 0) for r in group), 1),
+                1,
+            )
+            for k in mig
+        }
         results[policy] = {
             "alloc_pct_at_100": round(statistics.fmean(r.at(100) for r in group), 2),
             "mig_refused_pct": round(100 * refused / max(arrived, 1), 2),
+            "mig_refused_by_type": by_type,
             "seconds_per_run": round(statistics.median(r.seconds for r in group), 2),
         }
         if not args.json:

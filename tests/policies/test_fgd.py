@@ -471,6 +471,44 @@ def test_places_are_not_kept_while_cpu_runs_out_before_gpus() -> None:
     assert _last_place_charge(workload, job().cpu(20_000).build()) == [0.0, 0.0]
 
 
+def test_mig_types_have_places_that_other_work_can_take() -> None:
+    # "mig" has GPU 0 cut into two 3g.40gb instances and GPU 1 whole; "plain" two whole GPUs.
+    # Workload: 1 GPU + 4 CPUs, and a 3g.40gb task with 8 CPUs, as often.
+    # Free 3000 milli-GPU (MIG GPUs give none) and 48 CPUs: GPUs run out first, after
+    # 3000 / 1000 = 3 tasks of the rest, so 3 MIG tasks are to come.
+    # MIG places: 2 instances, 24 CPUs hold 3 -> 2, all on "mig"; anywhere, a 3g task
+    # counting 428 milli-GPU: min(3000 / 428, 48000 / 8000) = 6. Need 3/2 - 3/6 = 1.
+    # A place is worth what the task asks: 8000 milli-CPU x 3000 / 48000 = 500 (> 428).
+    # 12 CPUs taken on "mig" leave 12, which hold one task: one place lost.
+    state = cluster(
+        node("mig").model("A100-80GB").gpus(2).mig("3g.40gb@0,3g.40gb@4", gpu=0).cpu(24_000),
+        node("plain").model("A100-80GB").gpus(2).cpu(24_000),
+    )
+    workload = [job().gpus(1).cpu(4000).build(), job().mig("3g.40gb").cpu(8000).build()]
+    ctx = placer().context(state, job().cpu(12_000).build(), Mode.NOW)
+    plain = FragmentationGradient(workload, EXACT).score(ctx)
+    charge = plain - FragmentationGradient(workload, LAST_PLACES).score(ctx)
+    assert charge.tolist() == [pytest.approx(500.0), 0.0]
+    # 4 CPUs leave 20, which still hold both: nothing lost.
+    ctx = placer().context(state, job().cpu(4000).build(), Mode.NOW)
+    plain = FragmentationGradient(workload, EXACT).score(ctx)
+    assert (plain - FragmentationGradient(workload, LAST_PLACES).score(ctx)).tolist() == [0, 0]
+
+
+def test_default_keeps_the_cpu_that_free_mig_instances_need() -> None:
+    # A task of 1 GPU and 8 CPUs fits both nodes; on "mig" it would leave 12 CPUs for two
+    # free 3g.40gb instances whose tasks ask 8 CPUs each. With MIG work in the workload,
+    # default puts it on "plain".
+    state = cluster(
+        node("mig").model("A100-80GB").gpus(4).mig("3g.40gb@0,3g.40gb@4", gpu=0).cpu(20_000),
+        node("plain").model("A100-80GB").gpus(4).cpu(40_000).used(1),
+    )
+    task = job().gpus(1).cpu(8000).build()
+    workload = [task] * 4 + [job().mig("3g.40gb").cpu(8000).build()] * 4
+    (placed,) = Placer(placement_profile("default", workload=workload)).place(state, task) or ()
+    assert state.nodes[placed.node].name == "plain"
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=25))
 def test_places_follow_the_state_as_a_recount_would(picks: list[int]) -> None:

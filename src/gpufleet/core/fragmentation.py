@@ -56,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from gpufleet.core.job import gpu_milli_equivalent
 from gpufleet.core.model import MILLI, Request
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
 
@@ -636,6 +637,119 @@ def _places_lost(
     return out
 
 
+class MigPlaces:
+    """The places of MIG task types, for ``LastPlaces``: a type's places on a node are
+    the free MIG instances of its profile there, on GPU models it accepts, bounded
+    together with the node's free CPU and memory, as for other types.
+
+    MIG work can go only where a GPU was partitioned for it, a few nodes, so it is
+    what other work most easily strands: a CPU-heavy task on a node with free
+    ``3g.40gb`` instances can leave them without the CPU a MIG task needs. Only
+    nodes holding MIG instances are counted; the instances free per (profile,
+    model) are recounted at each placement, which is cheap over those few nodes.
+    ``freq`` is per task of the rest of the workload (``Workload.freq``'s), so that
+    ``LastPlaces``' horizon sets how many of each type are still to come.
+    """
+
+    def __init__(
+        self, state: ClusterState, requests: Sequence[Request], memory: bool, scale: FloatArray
+    ) -> None:
+        self.state = state
+        counts = Counter(
+            (r.mig_profile, r.mig_count, r.cpu_milli, r.memory_mib if memory else 0, r.gpu_models)
+            for r in requests
+            if r.mig_profile in state.mig_profiles
+        )
+        plain = sum(1 for r in requests if not r.mig_profile)
+        keys = sorted(counts, key=lambda k: (k[0], k[1], k[2], k[3], sorted(k[4])))
+        self.nodes = np.unique(state.mig_node)
+        self._local = np.full(state.num_nodes, -1, dtype=np.int64)
+        self._local[self.nodes] = np.arange(len(self.nodes))
+        # Instances are grouped by (profile, model); a type may use some groups.
+        model = state.gpu_model[state.mig_node, state.mig_gpu]
+        self._group = state.mig_profile * (len(state.models) + 1) + model
+        groups = len(state.mig_profiles) * (len(state.models) + 1)
+        self._uses = np.zeros((len(keys), groups), dtype=np.int64)
+        for t, k in enumerate(keys):
+            ok = [not k[4] or m in k[4] for m in state.models]
+            p = state.mig_profiles.index(k[0])
+            self._uses[t, p * (len(state.models) + 1) + np.flatnonzero(ok)] = 1
+        self.count = np.array([k[1] for k in keys], dtype=np.int64)
+        self._asks = np.array([[k[2], k[3]] for k in keys], dtype=np.int64).reshape(-1, 2)
+        self.freq = np.array([counts[k] / max(plain, 1) for k in keys], dtype=np.float64)
+        gpu = [gpu_milli_equivalent(Request(mig_profile=k[0], mig_count=k[1])) for k in keys]
+        self._all_asks = np.column_stack([gpu, self._asks]).astype(np.float64).reshape(-1, 3)
+        self.value: FloatArray = (self._all_asks * scale).max(axis=1, initial=0.0)
+        self._free = np.zeros((len(keys), len(self.nodes)), dtype=np.int64)
+        self.copies = np.zeros_like(self._free)
+        self.price: FloatArray = np.zeros(len(keys), dtype=np.float64)
+
+    def _fit(self, instances: IntArray, cpu: IntArray, mem: IntArray) -> IntArray:
+        """Tasks of each type (rows) that the columns' free instances, CPU and memory hold."""
+        k = instances // self.count[:, None]
+        for r, free in ((0, cpu), (1, mem)):
+            ask = self._asks[:, r, None]
+            k = np.minimum(k, np.where(ask > 0, np.maximum(free, 0) // np.maximum(ask, 1), k))
+        out: IntArray = np.maximum(k, 0)
+        return out
+
+    def update(self, expected_per_task: float, free: Sequence[float], mem: IntArray) -> None:
+        """Recount the places and price them for the
+        ``expected_per_task`` tasks of the workload still to come; ``free`` is the
+        cluster's free GPU, CPU and memory, ``mem`` the free memory counted."""
+        st = self.state
+        free_inst = st.mig_free.astype(np.int64)
+        width = len(self.nodes)
+        groups = self._uses.shape[1]
+        per_group = np.bincount(
+            self._group * width + self._local[st.mig_node],
+            weights=free_inst,
+            minlength=groups * width,
+        ).reshape(groups, width)
+        self._free = self._uses @ per_group.astype(np.int64)
+        self.copies = self._fit(
+            self._free, st.cpu_free[self.nodes][None, :], mem[self.nodes][None, :]
+        )
+        # Priced as every type is: against what free capacity anywhere would hold,
+        # a MIG task counting its compute share of a GPU. MIG types have few places
+        # beside it, as model-pinned types do, so their need shows early.
+        total = self.copies.sum(axis=1)
+        expected = self.freq * expected_per_task
+        _price(
+            total,
+            np.asarray(free, np.float64),
+            self._all_asks,
+            self.value,
+            expected,
+            LastPlaces.SCARCE,
+            self.price,
+        )
+
+    def lost(self, nodes: IntArray, request: Request, mem_ask: int, mem: IntArray) -> FloatArray:
+        """The priced places each option's node loses once ``request`` is placed there."""
+        out = np.zeros(len(nodes), dtype=np.float64)
+        local = self._local[nodes]
+        on = np.flatnonzero(local >= 0)
+        if not len(on) or not self.price.any():
+            return out
+        cols = local[on]
+        instances = self._free[:, cols]
+        if request.mig_profile in self.state.mig_profiles:
+            # The instance it takes is of its profile; types of that profile lose it.
+            p = self.state.mig_profiles.index(request.mig_profile)
+            width = len(self.state.models) + 1
+            same = self._uses[:, p * width : (p + 1) * width].sum(axis=1) > 0
+            instances = instances - np.where(same[:, None], request.mig_count, 0)
+        st = self.state
+        after = self._fit(
+            instances,
+            st.cpu_free[nodes[on]][None, :] - request.cpu_milli,
+            mem[nodes[on]][None, :] - mem_ask,
+        )
+        out[on] = self.price @ (self.copies[:, cols] - after)
+        return out
+
+
 class LastPlaces:
     """What a placement costs the task types that are running out of places.
 
@@ -666,7 +780,15 @@ class LastPlaces:
     # the per-option pass to the few types that are short of places.
     SCARCE = 0.05
 
-    def __init__(self, state: ClusterState, workload: Workload, model: IntArray) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        workload: Workload,
+        model: IntArray,
+        requests: Sequence[Request] = (),
+    ) -> None:
+        """``requests``: the workload's requests, whose MIG ones (which ``workload``
+        leaves out) get places of their own (``MigPlaces``)."""
         self.state = state
         self.workload = workload
         self.model = model
@@ -674,6 +796,9 @@ class LastPlaces:
         self._mem = state.mem_free if workload.memory.any() else np.zeros_like(state.mem_free)
         gpu = float(state.gpu_milli_total.sum())
         scale = gpu / np.maximum([gpu, state.cpu_total.sum(), state.mem_total.sum()], 1.0)
+        mig = len(state.mig_node) and any(r.mig_profile for r in requests)
+        memory = bool(workload.memory.any())
+        self.mig = MigPlaces(state, requests, memory, scale) if mig else None
         asks = np.stack(
             [workload.gpus * workload.milli, workload.cpu, workload.memory], axis=1
         ).astype(np.float64)
@@ -717,10 +842,14 @@ class LastPlaces:
         # Tasks to come until each resource runs out; nothing is kept unless GPUs go first.
         horizon = [f / m if m > 0 else np.inf for f, m in zip(free, self._mean, strict=True)]
         if not self._mean[0] > 0 or min(horizon) < horizon[0]:
+            if self.mig is not None:
+                self.mig.price[:] = 0.0
             return out
         self.places()
         expected = self.workload.freq * horizon[0]
         _price(self._total, np.array(free), self._asks, self.value, expected, self.SCARCE, out)
+        if self.mig is not None:
+            self.mig.update(horizon[0], free, self._mem)
         return out
 
     def cost(
@@ -732,9 +861,15 @@ class LastPlaces:
         nodes are in the same state, with the same free milli on the chosen GPU,
         be evaluated once."""
         price = self.price()
+        mem_ask = request.memory_mib if self.workload.memory.any() else 0
+        mig = (
+            np.zeros(len(nodes))
+            if self.mig is None
+            else self.mig.lost(nodes, request, mem_ask, self._mem)
+        )
         types = np.flatnonzero(price > 0)
         if not len(types):
-            return np.zeros(len(nodes))
+            return mig
         st = self.state
         chosen = np.where(gpus >= 0, st.gpu_milli_free[nodes, np.maximum(gpus, 0)] + 1, 0)
         key = digest[nodes] ^ (chosen.astype(np.uint64) * _MIX)
@@ -748,12 +883,12 @@ class LastPlaces:
             nodes[first],
             gpus[first],
             request.cpu_milli,
-            request.memory_mib if self.workload.memory.any() else 0,
+            mem_ask,
             request.gpu_count,
             request.milli_per_gpu,
             self._w,
             types,
             price,
         )
-        out: FloatArray = lost[back.ravel()]
+        out: FloatArray = lost[back.ravel()] + mig
         return out

@@ -106,7 +106,7 @@ class FragmentationGradient:
             self._first = runs_out_first(workload, state)
             self._strand = competing(workload) if self._first != GPU else workload
             if self.args.last_place_weight:
-                self._places = LastPlaces(state, workload, m.model)
+                self._places = LastPlaces(state, workload, m.model, self.workload)
             # Only pressure above the cluster's costs: a bonus for nodes below it
             # pulled GPU work onto the smallest nodes.
             self._excess = np.maximum(node_pressure(workload, state, m.model) - 1.0, 0.0)
