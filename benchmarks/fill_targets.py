@@ -14,6 +14,8 @@ over seeds:
   as a few pods make a noisy share);
 * ``seconds_per_run``: the median wall time of a ``default`` run (at most 5).
 
+``--workloads held-out`` checks the variants placement was not developed on
+(``fill_variants.HELD_OUT``) instead.
 ``python benchmarks/fill_targets.py --json`` prints the result as JSON on its
 last line; ``--workers`` runs (workload, policy, seed) on that many processes.
 ``--quick`` fills every tenth openb node (``quick.py``) with seed 42 only, for openb
@@ -30,7 +32,7 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 
 import quick  # benchmarks/quick.py, beside this script
-from fill_variants import VARIANTS, constrainable_models
+from fill_variants import HELD_OUT, VARIANTS, constrainable_models
 from gpufleet.core.model import Node
 from gpufleet.sim.fill import FillRun, run_fill
 from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
@@ -43,7 +45,8 @@ def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
     base = load_pods(bundled(DEFAULT_PODS))
     if workload == "openb":
         return base
-    return VARIANTS[workload](base, constrainable_models(nodes), random.Random(7))
+    variant = {**VARIANTS, **HELD_OUT}[workload]
+    return variant(base, constrainable_models(nodes), random.Random(7))
 
 
 def one(job: tuple[str, str, int, bool]) -> tuple[str, FillRun]:
@@ -85,7 +88,10 @@ def compare(runs: list[FillRun]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", help="W1,W2,... (default openb and every variant)")
+    parser.add_argument(
+        "--workloads",
+        help="W1,W2,... (default openb and every variant; held-out: fill_variants.HELD_OUT's)",
+    )
     parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
     parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
@@ -93,7 +99,11 @@ def main() -> None:
     args = parser.parse_args()
     seeds = quick.fill_seeds(args.seeds, args.quick)
     everything = ",".join(["openb", *VARIANTS])
-    workloads = (args.workloads or ("openb,spec33" if args.quick else everything)).split(",")
+    named = args.workloads or ("openb,spec33" if args.quick else everything)
+    workloads = list(HELD_OUT) if named == "held-out" else named.split(",")
+    unknown = [w for w in workloads if w != "openb" and w not in VARIANTS and w not in HELD_OUT]
+    if unknown:
+        parser.error(f"--workloads: unknown workload {unknown[0]!r}")
     jobs = [(w, p, s, args.quick) for w in workloads for p in ("default", "fgd") for s in seeds]
     runs: dict[str, list[FillRun]] = {w: [] for w in workloads}
     workers = args.workers or (1 if args.quick else os.cpu_count() or 1)

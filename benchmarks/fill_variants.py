@@ -17,6 +17,12 @@ default pod list, deterministically (seeded), and runs the fill on each:
   multi-GPU pods, drawn at random, so the 8-GPU pods that need more than 96
   CPUs and 600 GiB (which only the 128-core, 768-GiB nodes hold) come often.
 
+``HELD_OUT`` holds other settings of the same generators, which placement was
+not developed on: ``cpu3x``, ``share30``, ``share80``, ``spec60`` (60% of GPU
+pods pinned), ``multi20`` and ``multi70`` (as ``multi50``, with 20% and 70%),
+and ``multi30-share60`` (as ``multi50`` with 30%, then 60% of the 1-GPU pods
+left become shares). ``--variants`` takes their names too.
+
 ``python benchmarks/fill_variants.py --json`` prints, as its last line, the
 mean allocation % at 100% arrived per variant and policy. ``--quick`` fills every
 tenth openb node (``quick.py``) with seed 42 only.
@@ -72,15 +78,18 @@ def _whole(pods: list[TracePod], models: list[str], rng: random.Random) -> list[
     return out
 
 
-def _spec33(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
-    out = []
-    for p in pods:
-        r = p.request
-        if r.gpu_count and rng.random() < 1 / 3:
-            allowed = frozenset(rng.sample(models, rng.choice((1, 2))))
-            r = dataclasses.replace(r, gpu_models=allowed)
-        out.append(dataclasses.replace(p, request=r))
-    return out
+def _spec(share: float) -> Variant:
+    def variant(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+        out = []
+        for p in pods:
+            r = p.request
+            if r.gpu_count and rng.random() < share:
+                allowed = frozenset(rng.sample(models, rng.choice((1, 2))))
+                r = dataclasses.replace(r, gpu_models=allowed)
+            out.append(dataclasses.replace(p, request=r))
+        return out
+
+    return variant
 
 
 def _multi30(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
@@ -93,15 +102,25 @@ def _multi30(pods: list[TracePod], models: list[str], rng: random.Random) -> lis
     return out
 
 
-def _multi50(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
-    multi = [p.request for p in pods if p.request.gpus > 1]
-    out = []
-    for p in pods:
-        r: Request = p.request
-        if r.gpu_count == 1 and rng.random() < 0.5:
-            r = rng.choice(multi)
-        out.append(dataclasses.replace(p, request=r))
-    return out
+def _multi(share: float) -> Variant:
+    def variant(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+        multi = [p.request for p in pods if p.request.gpus > 1]
+        out = []
+        for p in pods:
+            r: Request = p.request
+            if r.gpu_count == 1 and rng.random() < share:
+                r = rng.choice(multi)
+            out.append(dataclasses.replace(p, request=r))
+        return out
+
+    return variant
+
+
+def _then(first: Variant, second: Variant) -> Variant:
+    def variant(pods: list[TracePod], models: list[str], rng: random.Random) -> list[TracePod]:
+        return second(first(pods, models, rng), models, rng)
+
+    return variant
 
 
 VARIANTS: dict[str, Variant] = {
@@ -109,10 +128,21 @@ VARIANTS: dict[str, Variant] = {
     "cpu4x": _cpu(4),
     "share60": _share(0.6),
     "share100": _share(1.0),
-    "spec33": _spec33,
+    "spec33": _spec(1 / 3),
     "multi30": _multi30,
     "whole": _whole,
-    "multi50": _multi50,
+    "multi50": _multi(0.5),
+}
+# Other settings of the same generators, kept apart from the variants that the
+# placement policies were developed on: a check that they hold elsewhere.
+HELD_OUT: dict[str, Variant] = {
+    "cpu3x": _cpu(3),
+    "share30": _share(0.3),
+    "share80": _share(0.8),
+    "spec60": _spec(0.6),
+    "multi20": _multi(0.2),
+    "multi70": _multi(0.7),
+    "multi30-share60": _then(_multi(0.3), _share(0.6)),
 }
 
 
@@ -136,7 +166,7 @@ def main() -> None:
     seeds = [int(s) for s in (args.seeds or ("42" if args.quick else "42,43,44")).split(",")]
     results: dict[str, dict[str, float]] = {}
     for name in args.variants.split(","):
-        pods = VARIANTS[name](base, models, random.Random(7))
+        pods = {**VARIANTS, **HELD_OUT}[name](base, models, random.Random(7))
         results[name] = {}
         for policy in args.policies.split(","):
             runs = [run_fill(nodes, pods, policy, s, record=False) for s in seeds]
