@@ -529,15 +529,20 @@ class FragmentationMeter:
 
 
 @njit(cache=True, nogil=True)
+def _slot(free: IntArray, size: int) -> int:
+    """Per-GPU shares of ``size`` that one node's free milli-GPU holds."""
+    n = 0
+    if size > 0:
+        for g in range(free.shape[0]):
+            n += free[g] // size
+    return n
+
+
+@njit(cache=True, nogil=True)
 def _slots(free: IntArray, threshold: IntArray, out: IntArray) -> None:
-    """Per-GPU shares of each threshold's size that one node's free milli-GPU holds."""
+    """``_slot`` of each threshold's size."""
     for j in range(threshold.shape[0]):
-        n = 0
-        th = threshold[j]
-        if th > 0:
-            for g in range(free.shape[0]):
-                n += free[g] // th
-        out[j] = n
+        out[j] = _slot(free, threshold[j])
 
 
 @njit(cache=True, nogil=True)
@@ -624,11 +629,18 @@ def _places_lost(
     """The priced places each option's node loses for ``types`` once the request is placed."""
     out = np.zeros(opt_node.shape[0], dtype=np.float64)
     row = np.empty(free.shape[1], dtype=np.int64)
-    slots = np.empty(w[5].shape[0], dtype=np.int64)
+    threshold = w[5]
+    slots = np.zeros(threshold.shape[0], dtype=np.int64)
+    # Only the share sizes of the priced types: a few of the workload's many.
+    needed = np.zeros(threshold.shape[0], dtype=np.bool_)
+    for t in types:
+        needed[w[6][t]] = True
+    levels = np.flatnonzero(needed)
     for k in range(opt_node.shape[0]):
         i = opt_node[k]
         _take(free[i], opt_gpu[k], req_gpus, req_milli, row)
-        _slots(row, w[5], slots)
+        for j in levels:
+            slots[j] = _slot(row, threshold[j])
         for t in types:
             if copies[t, i] == 0:
                 continue
