@@ -495,6 +495,28 @@ def test_mig_types_have_places_that_other_work_can_take() -> None:
     assert (plain - FragmentationGradient(workload, LAST_PLACES).score(ctx)).tolist() == [0, 0]
 
 
+def test_mig_places_skip_retired_instances_and_removed_nodes() -> None:
+    state = cluster(
+        node("mig").model("A100-80GB").gpus(2).mig("3g.40gb@0,3g.40gb@4", gpu=0).cpu(24_000),
+        node("gone").model("A100-80GB").gpus(1).mig("3g.40gb@0,3g.40gb@4").cpu(24_000),
+        node("plain").model("A100-80GB").gpus(2).cpu(24_000),
+    )
+    state.set_mig_layout("mig", 0, tuple(("1g.10gb", k) for k in range(7)))
+    state.remove_node("gone")
+    workload = [
+        job().gpus(1).cpu(4000).build(),
+        job().mig("1g.10gb").cpu(2000).build(),
+        job().mig("3g.40gb").cpu(8000).build(),
+    ]
+    kind = Workload.from_requests(workload, state.models)
+    places = LastPlaces(state, kind, FragmentationMeter(state, kind).model, workload)
+    places.price()
+    assert places.mig is not None
+    assert places.mig.nodes.tolist() == [state.index["mig"]]
+    # 1g.10gb: 7 instances, 24 CPUs hold 12; 3g.40gb: its instances are retired or gone.
+    assert places.mig.copies.tolist() == [[7], [0]]
+
+
 def test_default_keeps_the_cpu_that_free_mig_instances_need() -> None:
     # A task of 1 GPU and 8 CPUs fits both nodes; on "mig" it would leave 12 CPUs for two
     # free 3g.40gb instances whose tasks ask 8 CPUs each. With MIG work in the workload,

@@ -674,12 +674,16 @@ class MigPlaces:
         )
         plain = sum(1 for r in requests if not r.mig_profile)
         keys = sorted(counts, key=lambda k: (k[0], k[1], k[2], k[3], sorted(k[4])))
-        self.nodes = np.unique(state.mig_node)
+        # Retired instances (profile -1) and those of removed nodes hold nothing.
+        self._inst = np.flatnonzero((state.mig_profile >= 0) & ~state.removed[state.mig_node])
+        on = state.mig_node[self._inst]
+        self.nodes = np.unique(on)
         self._local = np.full(state.num_nodes, -1, dtype=np.int64)
         self._local[self.nodes] = np.arange(len(self.nodes))
         # Instances are grouped by (profile, model); a type may use some groups.
-        model = state.gpu_model[state.mig_node, state.mig_gpu]
-        self._group = state.mig_profile * (len(state.models) + 1) + model
+        model = state.gpu_model[on, state.mig_gpu[self._inst]]
+        group = state.mig_profile[self._inst] * (len(state.models) + 1) + model
+        self._bin = group * len(self.nodes) + self._local[on]  # (group, node) of each
         groups = len(state.mig_profiles) * (len(state.models) + 1)
         self._uses = np.zeros((len(keys), groups), dtype=np.int64)
         for t, k in enumerate(keys):
@@ -710,13 +714,10 @@ class MigPlaces:
         ``expected_per_task`` tasks of the workload still to come; ``free`` is the
         cluster's free GPU, CPU and memory, ``mem`` the free memory counted."""
         st = self.state
-        free_inst = st.mig_free.astype(np.int64)
         width = len(self.nodes)
         groups = self._uses.shape[1]
         per_group = np.bincount(
-            self._group * width + self._local[st.mig_node],
-            weights=free_inst,
-            minlength=groups * width,
+            self._bin, weights=st.mig_free[self._inst], minlength=groups * width
         ).reshape(groups, width)
         self._free = self._uses @ per_group.astype(np.int64)
         self.copies = self._fit(
