@@ -710,9 +710,9 @@ class MigPlaces:
         return out
 
     def update(self, expected_per_task: float, free: Sequence[float], mem: IntArray) -> None:
-        """Recount the places and price them for the
-        ``expected_per_task`` tasks of the workload still to come; ``free`` is the
-        cluster's free GPU, CPU and memory, ``mem`` the free memory counted."""
+        """Recount the places and price them, ``expected_per_task`` tasks of the rest
+        of the workload being still to come; ``free`` is the cluster's free GPU, CPU
+        and memory, ``mem`` the free memory counted, node by node."""
         st = self.state
         width = len(self.nodes)
         groups = self._uses.shape[1]
