@@ -41,6 +41,7 @@ LAYOUTS = {
     3: (("3g.40gb", 0), ("3g.40gb", 4)),
 }
 PROFILES = ((1, "1g.10gb"), (2, "2g.20gb"), (3, "3g.40gb"))
+MIG_SHARE = 0.3  # of the fractional pods small enough for a profile
 
 
 def mig_nodes(nodes: list[Node]) -> list[Node]:
@@ -79,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="best-fit,fgd,default")
     parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
-    parser.add_argument("--mig-share", type=float, default=0.3)
+    parser.add_argument("--mig-share", type=float, default=MIG_SHARE)
     parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--quick", action="store_true", help="1/10 nodes, seed 42")

@@ -1,9 +1,9 @@
 """Placement targets on openb and its variants: does ``default`` keep its lead over ``fgd``
 without turning any kind of pod away?
 
-For the bundled pod list (``openb``) and each variant of ``fill_variants.py``,
-the fill runs ``default`` and ``fgd`` on seeds 42-51 and checks, on the mean
-over seeds:
+For the bundled pod list (``openb``), each variant of ``fill_variants.py`` and
+the MIG variant of ``fill_mig.py`` (``mig``), the fill runs ``default`` and
+``fgd`` on seeds 42-51 and checks, on the mean over seeds:
 
 * ``lead_at_100``: ``default`` minus ``fgd`` at 100% arrived (never below 0);
 * ``worst_gap``: the least of ``default`` minus ``fgd`` over arrived levels
@@ -15,11 +15,11 @@ over seeds:
 * ``seconds_per_run``: the median wall time of a ``default`` run (at most 5).
 
 ``--workloads held-out`` checks the variants placement was not developed on
-(``fill_variants.HELD_OUT``) instead.
-``python benchmarks/fill_targets.py --json`` prints the result as JSON on its
-last line; ``--workers`` runs (workload, policy, seed) on that many processes.
-``--quick`` fills every tenth openb node (``quick.py``) with seed 42 only, for openb
-and spec33 unless ``--workloads`` says otherwise, on one worker process.
+(``fill_variants.HELD_OUT``) instead. ``python benchmarks/fill_targets.py
+--json`` prints the result as JSON on its last line; ``--workers`` runs
+(workload, policy, seed) on that many processes. ``--quick`` fills every tenth
+openb node (``quick.py``) with seed 42 only, for openb and spec33 unless
+``--workloads`` says otherwise, on one worker process.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 
 import quick  # benchmarks/quick.py, beside this script
+from fill_mig import MIG_SHARE, mig_nodes, mig_pods
 from fill_variants import HELD_OUT, VARIANTS, constrainable_models
 from gpufleet.core.model import Node
 from gpufleet.sim.fill import FillRun, run_fill
@@ -45,6 +46,8 @@ def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
     base = load_pods(bundled(DEFAULT_PODS))
     if workload == "openb":
         return base
+    if workload == "mig":
+        return mig_pods(base, MIG_SHARE, random.Random(7))
     variant = {**VARIANTS, **HELD_OUT}[workload]
     return variant(base, constrainable_models(nodes), random.Random(7))
 
@@ -52,6 +55,8 @@ def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
 def one(job: tuple[str, str, int, bool]) -> tuple[str, FillRun]:
     workload, policy, seed, small = job
     nodes = quick.openb_nodes(small)
+    if workload == "mig":
+        nodes = mig_nodes(nodes)
     return workload, run_fill(nodes, pods_of(workload, nodes), policy, seed, record=False)
 
 
@@ -98,10 +103,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1/10 nodes, 1 seed, 2 workloads")
     args = parser.parse_args()
     seeds = quick.fill_seeds(args.seeds, args.quick)
-    everything = ",".join(["openb", *VARIANTS])
+    everything = ",".join(["openb", *VARIANTS, "mig"])
     named = args.workloads or ("openb,spec33" if args.quick else everything)
     workloads = list(HELD_OUT) if named == "held-out" else named.split(",")
-    unknown = [w for w in workloads if w != "openb" and w not in VARIANTS and w not in HELD_OUT]
+    known = {"openb", "mig", *VARIANTS, *HELD_OUT}
+    unknown = [w for w in workloads if w not in known]
     if unknown:
         parser.error(f"--workloads: unknown workload {unknown[0]!r}")
     jobs = [(w, p, s, args.quick) for w in workloads for p in ("default", "fgd") for s in seeds]
