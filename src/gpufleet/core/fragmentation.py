@@ -806,12 +806,12 @@ class LastPlaces:
         self.workload = workload
         self.model = model
         self._w = workload.arrays()
-        self._mem = state.mem_free if workload.memory.any() else np.zeros_like(state.mem_free)
+        self._memory = bool(workload.memory.any())  # whether types ask for host memory
+        self._mem = state.mem_free if self._memory else np.zeros_like(state.mem_free)
         gpu = float(state.gpu_milli_total.sum())
         scale = gpu / np.maximum([gpu, state.cpu_total.sum(), state.mem_total.sum()], 1.0)
         mig = len(state.mig_node) and any(r.mig_profile for r in requests)
-        memory = bool(workload.memory.any())
-        self.mig = MigPlaces(state, requests, memory, scale) if mig else None
+        self.mig = MigPlaces(state, requests, self._memory, scale) if mig else None
         asks = np.stack(
             [workload.gpus * workload.milli, workload.cpu, workload.memory], axis=1
         ).astype(np.float64)
@@ -874,7 +874,7 @@ class LastPlaces:
         nodes are in the same state, with the same free milli on the chosen GPU,
         be evaluated once."""
         price = self.price()
-        mem_ask = request.memory_mib if self.workload.memory.any() else 0
+        mem_ask = request.memory_mib if self._memory else 0
         mig = (
             np.zeros(len(nodes))
             if self.mig is None
