@@ -12,6 +12,12 @@ the MIG variant of ``fill_mig.py`` (``mig``), the fill runs ``default`` and
   of a type's pods that ``default`` refuses by 100% arrived exceeds ``fgd``'s,
   in points (at most 2; types with fewer than 10 pods per seed are left out,
   as a few pods make a noisy share);
+* ``worst_class_excess`` (reported, not a target): the same over request
+  classes, the types pooled by what they ask of the GPUs (``cpu``, ``share``,
+  ``1gpu``, ..., one per MIG profile), with ``refused_pct``, each policy's
+  share of all arrived pods refused: whether a type's excess is the mix or
+  the smallest pods of a class, which a policy leaving more fragments fits
+  more often;
 * ``seconds_per_run``: the median wall time of a ``default`` run (at most 5).
 
 ``--workloads held-out`` checks the variants placement was not developed on
@@ -30,6 +36,7 @@ import os
 import random
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import quick  # benchmarks/quick.py, beside this script
 from fill_mig import MIG_SHARE, mig_nodes, mig_pods
@@ -60,7 +67,24 @@ def one(job: tuple[str, str, int, bool]) -> tuple[str, FillRun]:
     return workload, run_fill(nodes, pods_of(workload, nodes), policy, seed, record=False)
 
 
-def compare(runs: list[FillRun]) -> dict[str, float]:
+def request_class(kind: str) -> str:
+    """The class of a ``sim.fill.request_type``: what it asks of the GPUs, shares pooled."""
+    gpus = kind.split()[0]
+    return "share" if gpus.startswith("share") else gpus
+
+
+def pooled(by_type: dict[str, dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """Pods arrived and refused per request class (and ``all``), from ``refused_by_type``."""
+    out: dict[str, tuple[float, float]] = {}
+    for kind, t in by_type.items():
+        refused = t["arrived"] * t["refused_pct"] / 100
+        for c in (request_class(kind), "all"):
+            arrived, was = out.get(c, (0.0, 0.0))
+            out[c] = (arrived + t["arrived"], was + refused)
+    return out
+
+
+def compare(runs: list[FillRun]) -> dict[str, Any]:
     by = {s.policy: s for s in summarize(runs)}
     mine, theirs = by["default"], by["fgd"]
     curves = {
@@ -78,6 +102,13 @@ def compare(runs: list[FillRun]) -> dict[str, float]:
             mine.refused_by_type[k]["refused_pct"] - theirs.refused_by_type[k]["refused_pct"]
         ),
     )
+    mine_c, theirs_c = pooled(mine.refused_by_type), pooled(theirs.refused_by_type)
+    by_class = {
+        c: 100 * (refused - theirs_c[c][1] * arrived / theirs_c[c][0]) / arrived
+        for c, (arrived, refused) in mine_c.items()
+        if c != "all" and arrived >= MIN_PODS
+    }
+    worst_class = max(by_class, key=by_class.__getitem__)
     return {
         "default_at_100": round(mine.alloc_pct_at_100, 3),
         "fgd_at_100": round(theirs.alloc_pct_at_100, 3),
@@ -85,6 +116,12 @@ def compare(runs: list[FillRun]) -> dict[str, float]:
         "worst_gap": round(min(a - b for a, b in zip(*curves.values(), strict=True)), 3),
         "worst_refusal_excess": round(max(excess), 2),
         "worst_type": worst_type,
+        "worst_class_excess": round(by_class[worst_class], 2),
+        "worst_class": worst_class,
+        "refused_pct": {
+            p: round(100 * c["all"][1] / c["all"][0], 2)
+            for p, c in (("default", mine_c), ("fgd", theirs_c))
+        },
         "default_first_refusal_pct": mine.first_refusal_pct,
         "fgd_first_refusal_pct": theirs.first_refusal_pct,
         "seconds_per_run": round(mine.seconds_per_run, 2),

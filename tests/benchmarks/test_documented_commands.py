@@ -65,6 +65,10 @@ TARGET_FIGURES = (
     "worst_gap",
     "worst_refusal_excess",
     "worst_type",
+    "worst_class_excess",
+    "worst_class",
+    "refused_pct.default",
+    "refused_pct.fgd",
     "default_first_refusal_pct",
     "fgd_first_refusal_pct",
 )
