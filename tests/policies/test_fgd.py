@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import NodeBuilder, cluster, job, node, placer
+from builders import cluster, job, node, placer
 from gpufleet.core import fragmentation
 from gpufleet.core.fragmentation import (
     CPU,
@@ -272,22 +272,18 @@ def test_cpu_runs_out_first_when_the_mix_asks_more_cpu_than_the_gpus_carry() -> 
     assert runs_out_first(Workload.from_requests(NARROW, state.models), state) == GPU
 
 
-def test_where_cpu_runs_out_first_node_pressure_fades_as_the_cpu_fills() -> None:
-    # Idle, pressure counts in full; with half the cluster's CPU taken (40 of 80 CPUs),
-    # (1/2)^4 of it. Under NARROW, whose GPUs run out first, it never fades.
+def test_node_pressure_is_off_where_cpu_runs_out_first() -> None:
+    # Under HUNGRY CPU runs out first, and the last-places term keeps "big" for the
+    # 2-GPU type instead (below); under NARROW, whose GPUs run out first, it charges.
     scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
-    request = job().gpus(1).cpu(8000).build()
-    half = (node("big").gpus(2).cpu(64_000).cpu_used(40_000), BIG_AND_SMALL[1])
+    ctx = placer().context(cluster(*BIG_AND_SMALL), job().gpus(1).cpu(8000).build(), Mode.NOW)
 
-    def charge(workload: list[Request], nodes: Sequence[NodeBuilder]) -> list[float]:
-        ctx = placer().context(cluster(*nodes), request, Mode.NOW)
+    def charge(workload: list[Request]) -> list[float]:
         plain = FragmentationGradient(workload, EXACT).score(ctx)
         return (plain - FragmentationGradient(workload, scarce).score(ctx)).tolist()
 
-    idle = charge(HUNGRY, BIG_AND_SMALL)
-    assert idle[0] > 0
-    assert charge(HUNGRY, half) == [pytest.approx(idle[0] / 16), 0.0]
-    assert charge(NARROW, half) == charge(NARROW, BIG_AND_SMALL)
+    assert charge(HUNGRY) == [0.0, 0.0]
+    assert charge(NARROW)[0] > 0
 
 
 def test_competing_ratios_count_the_cpu_of_cpu_only_tasks() -> None:
@@ -464,11 +460,21 @@ def test_taking_a_types_last_place_costs_its_need_times_what_it_asks() -> None:
     assert _last_place_charge(NARROW, job().cpu(8000).build()) == [0.0, 0.0]
 
 
-def test_places_are_not_kept_while_cpu_runs_out_before_gpus() -> None:
-    # A CPU-only type of 32 CPUs joins NARROW: the average task asks 1000 milli-GPU and
-    # 29333 milli-CPU, so CPU runs out first (96000 / 29333 < 4000 / 1000).
+def test_where_cpu_runs_out_first_only_cpu_only_tasks_pay_for_gpu_types_places() -> None:
+    # A CPU-only type of 32 CPUs joins NARROW, a third of the tasks each: the average
+    # task asks 1000 milli-GPU and 29333 milli-CPU, so CPU runs out first, after
+    # 96000 / 29333 = 36/11 tasks (the GPUs would last 4): 12/11 of each type to come.
+    # B (2 GPUs, 48 CPUs): 1 place (big), 2 anywhere: need 12/11 - 6/11 = 6/11, times
+    # what a B task asks (2000 milli-GPU, or 48000 milli-CPU x 4000 / 96000): 12000/11.
+    # 20 CPUs taken on big leave 44 (< 48): B's place goes.
     workload = [*NARROW, job().cpu(32_000).build()]
-    assert _last_place_charge(workload, job().cpu(20_000).build()) == [0.0, 0.0]
+    cpu_only = job().cpu(20_000).build()
+    assert _last_place_charge(workload, cpu_only) == [pytest.approx(12000 / 11), 0.0]
+    # A GPU task taking that place runs GPU work on it, and pays nothing here...
+    gpu_task = job().gpus(1).cpu(20_000).build()
+    assert _last_place_charge(workload, gpu_task) == [0.0, 0.0]
+    # ...but does where GPUs run out first (4/3 B tasks to come: need 2/3 x 2000).
+    assert _last_place_charge(NARROW, gpu_task) == [pytest.approx(4000 / 3), 0.0]
 
 
 def test_mig_types_have_places_that_other_work_can_take() -> None:

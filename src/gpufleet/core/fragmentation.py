@@ -768,9 +768,10 @@ class LastPlaces:
 
     ``places`` counts, for each type of the workload and each node, how many
     tasks of that type the node could still take one after another (GPU slots,
-    CPU and memory bounding them together). Until the cluster's GPUs are used
-    up, ``horizon`` more tasks are expected (the free GPU over what the
-    workload's average task asks), ``freq x horizon`` of them of each type.
+    CPU and memory bounding them together). Until the first of the cluster's
+    resources is used up, ``horizon`` more tasks are expected (its free amount
+    over what the workload's average task asks of it), ``freq x horizon`` of
+    them of each type.
     A type's *need* is the share of its places those tasks would fill, beyond
     the share they would fill if the type could use free capacity anywhere:
     large types (few nodes hold them whole), model-pinned types and types whose
@@ -783,10 +784,14 @@ class LastPlaces:
     only for places it actually removes, so work that must break a large node
     goes to one that is already broken.
 
-    Places are protected only while GPUs are what runs out first. When CPU or
-    memory will run out before them, every type competes for that resource, and
-    a place kept for one type is CPU that the others are refused: on openb with
-    four times the CPU-only pods it cost 1.4 points of allocation.
+    Where CPU or memory will run out before the GPUs (``gpu_first`` is false),
+    every type competes for that resource, and a place kept for one type is CPU
+    that the others are refused: kept for every type on openb with four times
+    the CPU-only pods, places cost 1.4 points of allocation. There only GPU
+    types' places are priced (MIG ones included), and only CPU-only tasks pay
+    for them. A GPU task that takes such a place runs GPU work on it; a
+    CPU-only task could have had CPU on any node, and on the few nodes that
+    hold the largest GPU tasks it leaves their GPUs idle.
     """
 
     # A need below this (a twentieth of a task per place) is left out, which keeps
@@ -822,6 +827,7 @@ class LastPlaces:
         self._seen = np.full(state.num_nodes, -1, dtype=np.int64)
         self._total = np.zeros(len(workload.freq), dtype=np.int64)
         self._live = ~state.removed if state.removed.any() else None
+        self.gpu_first = True  # as of the last ``price``
 
     def places(self) -> IntArray:
         """Tasks of each type that fit node by node, refreshed where the state changed."""
@@ -843,7 +849,8 @@ class LastPlaces:
         return self._copies
 
     def price(self) -> FloatArray:
-        """Expected milli-GPU of work turned away per place taken from each type."""
+        """Expected milli-GPU of work turned away per place taken from each type; MIG
+        types' go to ``mig.price``. Sets ``gpu_first``."""
         st = self.state
         # Removed nodes are fixed for this object's life (removing one moves the epoch).
         live = self._live
@@ -852,17 +859,21 @@ class LastPlaces:
             for a in (st.gpu_free_sum, st.cpu_free, self._mem)
         ]
         out = np.zeros(len(self._total), dtype=np.float64)
-        # Tasks to come until each resource runs out; nothing is kept unless GPUs go first.
-        horizon = [f / m if m > 0 else np.inf for f, m in zip(free, self._mean, strict=True)]
-        if not self._mean[0] > 0 or min(horizon) < horizon[0]:
+        # Tasks to come until each resource runs out.
+        lasts = [f / m if m > 0 else np.inf for f, m in zip(free, self._mean, strict=True)]
+        horizon = min(lasts)
+        self.gpu_first = horizon >= lasts[0]
+        if not self._mean[0] > 0:
             if self.mig is not None:
                 self.mig.price[:] = 0.0
             return out
         self.places()
-        expected = self.workload.freq * horizon[0]
+        expected = self.workload.freq * horizon
         _price(self._total, np.array(free), self._asks, self.value, expected, self.SCARCE, out)
+        if not self.gpu_first:
+            out[self.workload.gpus == 0] = 0.0
         if self.mig is not None:
-            self.mig.update(horizon[0], free, self._mem)
+            self.mig.update(horizon, free, self._mem)
         return out
 
     def cost(
@@ -874,6 +885,8 @@ class LastPlaces:
         nodes are in the same state, with the same free milli on the chosen GPU,
         be evaluated once."""
         price = self.price()
+        if not self.gpu_first and (request.gpu_count or request.mig_profile):
+            return np.zeros(len(nodes))  # only CPU-only tasks pay here (class docstring)
         mem_ask = request.memory_mib if self._memory else 0
         mig = (
             np.zeros(len(nodes))
