@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import cluster, job, node, placer
+from builders import NodeBuilder, cluster, job, node, placer
 from gpufleet.core import fragmentation
 from gpufleet.core.fragmentation import (
     CPU,
@@ -272,18 +272,22 @@ def test_cpu_runs_out_first_when_the_mix_asks_more_cpu_than_the_gpus_carry() -> 
     assert runs_out_first(Workload.from_requests(NARROW, state.models), state) == GPU
 
 
-def test_node_pressure_is_off_where_cpu_runs_out_first() -> None:
-    # Under HUNGRY CPU runs out first, and the last-places term keeps "big" for the
-    # 2-GPU type instead (below); under NARROW, whose GPUs run out first, it charges.
+def test_where_cpu_runs_out_first_node_pressure_fades_as_the_cpu_fills() -> None:
+    # Idle, pressure counts in full; with half the cluster's CPU taken (40 of 80 CPUs),
+    # (1/2)^4 of it. Under NARROW, whose GPUs run out first, it never fades.
     scarce = FragmentationArgs(resolution="exact", scarcity_weight=3.0)
-    ctx = placer().context(cluster(*BIG_AND_SMALL), job().gpus(1).cpu(8000).build(), Mode.NOW)
+    request = job().gpus(1).cpu(8000).build()
+    half = (node("big").gpus(2).cpu(64_000).cpu_used(40_000), BIG_AND_SMALL[1])
 
-    def charge(workload: list[Request]) -> list[float]:
+    def charge(workload: list[Request], nodes: Sequence[NodeBuilder]) -> list[float]:
+        ctx = placer().context(cluster(*nodes), request, Mode.NOW)
         plain = FragmentationGradient(workload, EXACT).score(ctx)
         return (plain - FragmentationGradient(workload, scarce).score(ctx)).tolist()
 
-    assert charge(HUNGRY) == [0.0, 0.0]
-    assert charge(NARROW)[0] > 0
+    idle = charge(HUNGRY, BIG_AND_SMALL)
+    assert idle[0] > 0
+    assert charge(HUNGRY, half) == [pytest.approx(idle[0] / 16), 0.0]
+    assert charge(NARROW, half) == charge(NARROW, BIG_AND_SMALL)
 
 
 def test_competing_ratios_count_the_cpu_of_cpu_only_tasks() -> None:

@@ -56,9 +56,9 @@ class FragmentationArgs(BaseModel):
     the places it takes from types short of them (``core.fragmentation.LastPlaces``),
     in milli-GPU per milli-GPU of expected work turned away. Where the workload
     would exhaust CPU or memory before GPUs (``core.fragmentation.runs_out_first``),
-    node pressure is off, stranding is measured at every task's ratio
-    (``core.fragmentation.competing``), and only CPU-only tasks pay for the places
-    of GPU types they take.
+    node pressure fades as that resource fills, stranding is measured at every
+    task's ratio (``core.fragmentation.competing``), and only CPU-only tasks pay
+    for the places of GPU types they take.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -121,15 +121,14 @@ class FragmentationGradient:
         o = ctx.options
         delta: FloatArray = meter.per_node()[o.node] - meter.after(o.node, o.gpu, ctx.request)
         r = ctx.request
-        if self.args.scarcity_weight and r.gpu_count and self._first == GPU:
+        if self.args.scarcity_weight and r.gpu_count:
             # Resources taken where some types' demand exceeds the cluster's mean
             # cost that much more, in the same milli-GPU units as the gain.
             # CPU-only tasks are left out: charged too, they moved onto nodes where
-            # they strand GPUs (cpu4x in docs/placement.md). Where CPU runs out
-            # first, the last-places term keeps the large nodes instead: pressure set
-            # on the idle cluster held GPU work off them while CPU-only tasks took them.
+            # they strand GPUs (cpu4x in docs/placement.md).
             taken = np.array([r.gpu_count * r.milli_per_gpu, r.cpu_milli, r.memory_mib])
-            delta -= self.args.scarcity_weight * (self._excess[o.node] @ (taken * self._scale))
+            weight = self.args.scarcity_weight * self._fade(ctx.state)
+            delta -= weight * (self._excess[o.node] @ (taken * self._scale))
         if self.args.last_place_weight and self._places is not None:
             # Every task, CPU-only ones too (only they where CPU runs out first): it
             # pays only for places it removes.
@@ -142,6 +141,20 @@ class FragmentationGradient:
             return delta
         rounded: FloatArray = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
         return rounded
+
+    def _fade(self, state: ClusterState) -> float:
+        """How much node pressure still counts: fully while GPUs run out first; else the
+        share of the first-exhausted resource still free, to the fourth power. Kept in
+        full it cost cpu4x its lead; dropped, the large tasks lost the large nodes to
+        smaller GPU tasks, which go there to strand less (cpu4x in docs/placement.md).
+        CPU-only tasks pay no pressure: the last-places term keeps them off."""
+        if self._first == GPU:
+            return 1.0
+        free, total = [(state.cpu_free, state.cpu_total), (state.mem_free, state.mem_total)][
+            self._first - 1
+        ]
+        live = ~state.removed
+        return (float(free[live].sum()) / max(float(total[live].sum()), 1.0)) ** 4
 
     @staticmethod
     def _stranding(ctx: PlacementContext, workload: Workload) -> FloatArray:
