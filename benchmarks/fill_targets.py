@@ -21,7 +21,9 @@ the MIG variant of ``fill_mig.py`` (``mig``), the fill runs ``default`` and
 * ``seconds_per_run``: the median wall time of a ``default`` run (at most 5).
 
 ``--workloads held-out`` checks the variants placement was not developed on
-(``fill_variants.HELD_OUT``) instead. ``python benchmarks/fill_targets.py
+(``fill_variants.HELD_OUT``) instead. ``--nodes all`` fills the same cluster
+with its CPU-only nodes too (the bundled ``openb_node_list_all_node.csv``, 1,523
+nodes) in place of its 1,213 GPU nodes. ``python benchmarks/fill_targets.py
 --json`` prints the result as JSON on its last line; ``--workers`` runs
 (workload, policy, seed) on that many processes. ``--quick`` fills every tenth
 openb node (``quick.py``) with seed 42 only, for openb and spec33 unless
@@ -43,10 +45,11 @@ from fill_mig import MIG_SHARE, mig_nodes, mig_pods
 from fill_variants import HELD_OUT, VARIANTS, constrainable_models
 from gpufleet.core.model import Node
 from gpufleet.sim.fill import FillRun, run_fill
-from gpufleet.sim.openb import DEFAULT_PODS, TracePod, bundled, load_pods
+from gpufleet.sim.openb import ALL_NODES, DEFAULT_NODES, DEFAULT_PODS, TracePod, bundled, load_pods
 from gpufleet.sim.report import summarize
 
 MIN_PODS = 10
+NODE_LISTS = {"gpu": DEFAULT_NODES, "all": ALL_NODES}
 
 
 def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
@@ -59,9 +62,9 @@ def pods_of(workload: str, nodes: list[Node]) -> list[TracePod]:
     return variant(base, constrainable_models(nodes), random.Random(7))
 
 
-def one(job: tuple[str, str, int, bool]) -> tuple[str, FillRun]:
-    workload, policy, seed, small = job
-    nodes = quick.openb_nodes(small)
+def one(job: tuple[str, str, int, bool, str]) -> tuple[str, FillRun]:
+    workload, policy, seed, small, node_list = job
+    nodes = quick.openb_nodes(small, NODE_LISTS[node_list])
     if workload == "mig":
         nodes = mig_nodes(nodes)
     return workload, run_fill(nodes, pods_of(workload, nodes), policy, seed, record=False)
@@ -137,6 +140,9 @@ def main() -> None:
     parser.add_argument("--seeds", help="FIRST-LAST (default 42-51; 42 with --quick)")
     parser.add_argument("--workers", type=int, help="processes (default: CPUs; 1 with --quick)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--nodes", choices=NODE_LISTS, default="gpu", help="openb's GPU nodes (default) or all"
+    )
     parser.add_argument("--quick", action="store_true", help="1/10 nodes, 1 seed, 2 workloads")
     args = parser.parse_args()
     seeds = quick.fill_seeds(args.seeds, args.quick)
@@ -147,7 +153,8 @@ def main() -> None:
     unknown = [w for w in workloads if w not in known]
     if unknown:
         parser.error(f"--workloads: unknown workload {unknown[0]!r}")
-    jobs = [(w, p, s, args.quick) for w in workloads for p in ("default", "fgd") for s in seeds]
+    policies = ("default", "fgd")
+    jobs = [(w, p, s, args.quick, args.nodes) for w in workloads for p in policies for s in seeds]
     runs: dict[str, list[FillRun]] = {w: [] for w in workloads}
     workers = args.workers or (1 if args.quick else os.cpu_count() or 1)
     with ProcessPoolExecutor(workers) as pool:

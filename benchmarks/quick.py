@@ -20,9 +20,9 @@ from gpufleet.sim.openb import DEFAULT_NODES, bundled, load_nodes
 NODE_STRIDE = 10
 
 
-def openb_nodes(quick: bool) -> list[Node]:
-    """The bundled openb node list, or every tenth node of it when ``quick``."""
-    nodes = load_nodes(bundled(DEFAULT_NODES))
+def openb_nodes(quick: bool, name: str = DEFAULT_NODES) -> list[Node]:
+    """The bundled openb node list ``name``, or every tenth node of it when ``quick``."""
+    nodes = load_nodes(bundled(name))
     return nodes[::NODE_STRIDE] if quick else nodes
 
 

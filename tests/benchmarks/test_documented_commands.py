@@ -207,6 +207,10 @@ KEYS: dict[str, set[str]] = {
 
 # Commands whose figures differ from their script's default run (in quick mode).
 COMMAND_KEYS: dict[str, set[str]] = {
+    "python benchmarks/fill_targets.py --nodes all --workloads openb,cpu4x,share100,cpu3x,"
+    "share80 --json --quick": each(
+        ("openb", "cpu4x", "share100", "cpu3x", "share80"), TARGET_FIGURES, "results"
+    ),
     "python benchmarks/fill_targets.py --workloads held-out --json --quick": each(
         (
             "cpu3x",

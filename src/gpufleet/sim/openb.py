@@ -59,6 +59,9 @@ def bundled(name: str) -> Path:
 
 
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
+# The same cluster with its 310 CPU-only nodes too (1,523 nodes); the paper's fill
+# uses the GPU nodes only.
+ALL_NODES = "openb_node_list_all_node.csv"
 DEFAULT_PODS = "openb_pod_list_default.csv"
 
 
