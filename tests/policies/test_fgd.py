@@ -481,6 +481,19 @@ def test_where_cpu_runs_out_first_only_cpu_only_tasks_pay_for_gpu_types_places()
     assert _last_place_charge(NARROW, gpu_task) == [pytest.approx(4000 / 3), 0.0]
 
 
+def test_where_cpu_runs_out_first_cpu_only_types_places_are_not_kept() -> None:
+    # D, CPU-only with 60 CPUs, joins NARROW: the average task asks 1000 milli-GPU and
+    # 116000/3 milli-CPU, so CPU runs out first after 72/29 tasks, 24/29 of each type.
+    # B: 1 place, 2 anywhere: need 12/29, x 2000 = 24000/29. D: 1 place (big), 1.6
+    # anywhere: need 9/29, which would be kept too were CPU not what every type needs.
+    # 20 CPUs on big take both places; only B's is charged.
+    workload = [*NARROW, job().cpu(60_000).build()]
+    assert _last_place_charge(workload, job().cpu(20_000).build()) == [
+        pytest.approx(24000 / 29),
+        0.0,
+    ]
+
+
 def test_mig_types_have_places_that_other_work_can_take() -> None:
     # "mig" has GPU 0 cut into two 3g.40gb instances and GPU 1 whole; "plain" two whole GPUs.
     # Workload: 1 GPU + 4 CPUs, and a 3g.40gb task with 8 CPUs, as often.
