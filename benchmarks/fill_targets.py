@@ -77,14 +77,14 @@ def request_class(kind: str) -> str:
 
 
 def pooled(by_type: dict[str, dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """Pods arrived and refused per request class (and ``all``), from ``refused_by_type``."""
-    out: dict[str, tuple[float, float]] = {}
+    """Pods arrived and % of them refused per request class (and ``all``), from
+    ``refused_by_type``."""
+    counts: dict[str, tuple[float, float]] = {}
     for kind, t in by_type.items():
-        refused = t["arrived"] * t["refused_pct"] / 100
         for c in (request_class(kind), "all"):
-            arrived, was = out.get(c, (0.0, 0.0))
-            out[c] = (arrived + t["arrived"], was + refused)
-    return out
+            arrived, refused = counts.get(c, (0.0, 0.0))
+            counts[c] = (arrived + t["arrived"], refused + t["arrived"] * t["refused_pct"])
+    return {c: (arrived, refused / arrived) for c, (arrived, refused) in counts.items()}
 
 
 def compare(runs: list[FillRun]) -> dict[str, Any]:
@@ -107,8 +107,8 @@ def compare(runs: list[FillRun]) -> dict[str, Any]:
     )
     mine_c, theirs_c = pooled(mine.refused_by_type), pooled(theirs.refused_by_type)
     by_class = {
-        c: 100 * (refused - theirs_c[c][1] * arrived / theirs_c[c][0]) / arrived
-        for c, (arrived, refused) in mine_c.items()
+        c: pct - theirs_c[c][1]
+        for c, (arrived, pct) in mine_c.items()
         if c != "all" and arrived >= MIN_PODS
     }
     worst_class = max(by_class, key=by_class.__getitem__)
@@ -121,10 +121,7 @@ def compare(runs: list[FillRun]) -> dict[str, Any]:
         "worst_type": worst_type,
         "worst_class_excess": round(by_class[worst_class], 2),
         "worst_class": worst_class,
-        "refused_pct": {
-            p: round(100 * c["all"][1] / c["all"][0], 2)
-            for p, c in (("default", mine_c), ("fgd", theirs_c))
-        },
+        "refused_pct": {"default": round(mine_c["all"][1], 2), "fgd": round(theirs_c["all"][1], 2)},
         "default_first_refusal_pct": mine.first_refusal_pct,
         "fgd_first_refusal_pct": theirs.first_refusal_pct,
         "seconds_per_run": round(mine.seconds_per_run, 2),
