@@ -132,7 +132,20 @@ BAD = [
     (GROUP + "colour = 'red'\n", "group 1 (n[1-2]): colour: unknown key"),
     (GROUP + "gpus = { model = 'H100', count = 1 }\n", "gpus.model: unknown GPU model 'H100'"),
     (GROUP + "gpus = { model = 'L4', count = 1, nvme = 2 }\n", "gpus.nvme: unknown key"),
-    (GROUP + "gpus = { model = 'L4', count = 0 }\n", "gpus.count: must be more than zero"),
+    (GROUP + "gpus = { model = 'L4', count = 0 }\n", "gpus.count: must be 1 to 1024, got 0"),
+    (GROUP + "gpus = { model = 'L4', count = 2000 }\n", "gpus.count: must be 1 to 1024"),
+    # Past what the core's 64-bit sums can hold: refused, never an overflow.
+    (GROUP + "gpus = { model = 'L4', count = 99999999999999999999 }\n", "gpus.count: must be at"),
+    (GROUP.replace("8000", "99999999999999999999"), "cpu_milli: must be at most 1099511627776"),
+    (
+        GROUP + "gpus = { model = 'L4', count = 2, nvlink = [0, 99999999999999999999] }\n",
+        "gpus.nvlink: must hold integers from 0 to",
+    ),
+    (
+        GROUP + "gpus = { model = 'A100-80GB', count = 1, memory_mib = 40960, "
+        "mig = { 0 = '7g.80gb' } }\n",
+        "gpus.memory_mib: a MIG layout needs the A100-80GB's 81920 MiB, got 40960",
+    ),
     (GROUP + "gpus = { model = 'L4', count = 2, numa = [0] }\n", "gpus.numa: lists 1 values"),
     (GROUP + "gpus = { model = 'L4', count = 3, nvlink = 'pairs' }\n", "even GPU count"),
     (GROUP + "gpus = { model = 'L4', count = 2, nvlink = 'ring' }\n", "'ring' is not one of"),

@@ -49,6 +49,18 @@ BAD_ROWS = [
     (PODS, 2, "pod-00,4000,16384,1,0,,LS,Running,0,1,0", ["row 2: gpu_milli: must be 1..1000"]),
     (PODS, 4, "pod-02,1000,-4096,1,250,T4,BE,Running,0,1,0", ["row 4: memory_mib: must not be"]),
     (PODS, 5, "pod-03,8000,32768,2,500,,LS,Running,0,1,0", ["row 5: gpu_milli: a multi-GPU"]),
+    # Numbers a float reads but no count can be: never a traceback, never truncated.
+    (PODS, 3, "pod-01,2000,8192,1,inf,,LS,Running,0,1,0", ["row 3: gpu_milli: 'inf' is not a"]),
+    (PODS, 3, "pod-01,2000,8192,1.7,1000,,LS,Running,0,1,0", ["row 3: num_gpu: '1.7' is not"]),
+    (PODS, 3, "pod-01,2000,1e400,1,500,,LS,Running,0,1,0", ["row 3: memory_mib: '1e400' is"]),
+    (
+        PODS,
+        3,
+        "pod-01,2000,8192,99999999999999999999,1000,,LS,Running,0,1,0",
+        ["row 3: num_gpu: must be at most"],
+    ),
+    (NODES, 3, "node-b,32000,131072,100000,V100M32", ["row 3: gpu: at most 1024, got 100000"]),
+    (NODES, 3, ",32000,131072,8,V100M32", ["row 3: sn: must not be empty"]),
 ]
 
 
@@ -70,7 +82,9 @@ def test_bad_trace_row(
 def test_duplicate_node_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = edited(NODES, tmp_path, 3, "node-a,32000,131072,8,V100M32")
     status = main(["sim", "fill", "--nodes", str(bad), "--pods", str(PODS)])
-    assert_one_error_line(status, *capsys.readouterr(), str(bad), "'node-a' appears twice")
+    assert_one_error_line(
+        status, *capsys.readouterr(), str(bad), "row 3: sn: 'node-a' is also at row 2"
+    )
 
 
 def test_cluster_without_gpus(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

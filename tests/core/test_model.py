@@ -20,6 +20,8 @@ A100 = GPU(index=0, model="A100-80GB", memory_mib=80 * 1024)
         ({"memory_mib": -1}, "gpu.memory_mib", "got -1"),
         ({"memory_mib": 0}, "gpu.memory_mib", "more than zero, got 0"),
         ({"model": ""}, "gpu.model", "must not be empty"),
+        ({"numa": -1}, "gpu.numa", "zero or more, got -1"),
+        ({"nvlink_domain": 2**40 + 1}, "gpu.nvlink_domain", "at most 1099511627776"),
     ],
 )
 def test_gpu_rejects(kwargs: dict[str, Any], field: str, fragment: str) -> None:
@@ -41,6 +43,9 @@ def test_gpu_index_zero_is_valid() -> None:
         ({"name": ""}, "node.name"),
         ({"cpu_milli": -1}, "node.cpu_milli"),
         ({"memory_mib": -1}, "node.memory_mib"),
+        # Sums over nodes must fit the core's 64-bit integers.
+        ({"cpu_milli": 2**40 + 1}, "node.cpu_milli"),
+        ({"gpus": tuple(GPU(i, "T4", 1024) for i in range(1025))}, "node.gpus"),
         # GPU positions must match their indices: a node of [gpu0, gpu0].
         ({"gpus": (A100, A100)}, "node.gpus"),
         # A node whose only GPU claims index 1 leaves a hole at 0.
@@ -70,6 +75,7 @@ def test_node_gpu_model_is_the_first_gpus_and_empty_for_cpu_only() -> None:
         ({"min_gpu_memory_mib": -1}, "request.min_gpu_memory_mib", "got -1"),
         ({"nodes": 0}, "request.nodes", "more than zero, got 0"),
         ({"nodes": -2}, "request.nodes", "more than zero, got -2"),
+        ({"memory_mib": 2**40 + 1, "cpu_milli": 1}, "request.memory_mib", "at most"),
         # A fraction is strictly between none and one whole GPU.
         ({"gpu_milli": MILLI}, "request.gpu_milli", "1..999 milli, got 1000"),
         ({"gpu_milli": 1500}, "request.gpu_milli", "1..999 milli, got 1500"),

@@ -39,6 +39,8 @@ def chosen(scorer: Scorer, nodes: list[NodeBuilder], request: JobBuilder) -> tup
         ([node("a").gpus(8).used(7), node("b").gpus(8)], job().gpus(2), ("b", 0)),
         # On one node a fraction goes to the lowest GPU that fits: GPU 0 has 100 left.
         ([node("a").gpus(3).share(0, 900)], job().fraction(200), ("a", 1)),
+        # Past 64 GPUs a node's GPUs still come before the next node's.
+        ([node("a").gpus(100).used(65), node("b").gpus(100)], job().fraction(600), ("a", 65)),
     ],
 )
 def test_first_fit(

@@ -80,6 +80,7 @@ def replay_allocation(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> 
     curve: list[float] = []
     arrived = allocated = 0
     for row in read(placements_csv):
+        assert len(curve) <= 130, "a pod came after the run's last level"
         pod = pods[row["pod"]]
         arrived += int(pod["num_gpu"]) * int(pod["gpu_milli"])
         if row["gpus"]:
@@ -91,7 +92,8 @@ def replay_allocation(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> 
 
 def replay_refusals(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> Refusals:
     """From the placements file alone: pods refused so far at each arrived level, the
-    level of the first refusal, and the pods arrived and refused by 100% arrived."""
+    level of the first refusal (when that pod came), and the pods arrived and refused by
+    100% arrived (the pod that takes arrivals to 100% among them)."""
     capacity = gpu_capacity(nodes_csv)
     pods = {row["name"]: row for row in read(pods_csv)}
     curve: list[int] = []
@@ -100,10 +102,11 @@ def replay_refusals(nodes_csv: Path, pods_csv: Path, placements_csv: Path) -> Re
     at_100 = (0, 0)
     for pods_in, row in enumerate(read(placements_csv), start=1):
         pod = pods[row["pod"]]
+        came_at = arrived
         arrived += int(pod["num_gpu"]) * int(pod["gpu_milli"])
         if not row["node"]:
             refused += 1
-            first = arrived * 100 // capacity if first is None else first
+            first = came_at * 100 // capacity if first is None else first
         while arrived * 100 >= len(curve) * capacity and len(curve) <= 130:
             at_100 = (pods_in, refused) if len(curve) == 100 else at_100
             curve.append(refused)
@@ -150,6 +153,8 @@ def test_out_writes_curves_plot_and_placements(
         types = r["refused_by_type"].values()
         assert sum(t["arrived"] for t in types) * 2 == sum(a for _, _, (a, _) in per_seed)
         assert sum(t["refused"] for t in types) * 2 == sum(f for _, _, (_, f) in per_seed)
+        for _, first, (_, refused) in per_seed:  # a refusal by 100% came before 100%
+            assert (refused > 0) == (first is not None and first < 100)
         firsts = sorted(130 if f is None else f for _, f, _ in per_seed)
         assert r["first_refusal_pct"] == firsts[0]  # the lower median of two
     for (policy, seed, metric), curve in curves.items():

@@ -27,7 +27,7 @@ from typing import Any
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.core import mig
 from gpufleet.core.catalog import gpu_memory_mib
-from gpufleet.core.model import GPU, InvalidSpec, Node
+from gpufleet.core.model import GPU, MAX_AMOUNT, MAX_GPUS_PER_NODE, InvalidSpec, Node
 from gpufleet.core.pools import NodePool
 
 GROUP_KEYS = ("names", "pool", "switch", "cpu_milli", "memory_mib", "labels", "gpus")
@@ -143,6 +143,8 @@ class _Group:
             raise self.fail(name, "required")
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(name, f"must be an integer, got {value!r}")
+        if value > MAX_AMOUNT:
+            raise self.fail(name, f"must be at most {MAX_AMOUNT}, got {value}")
         return value
 
     def text(self, key: str, default: str) -> str:
@@ -157,8 +159,8 @@ class _Group:
         if len(values) != count:
             raise self.fail(name, f"lists {len(values)} values for {count} GPUs")
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise self.fail(name, f"must hold integers of zero or more, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_AMOUNT:
+                raise self.fail(name, f"must hold integers from 0 to {MAX_AMOUNT}, got {v!r}")
         return values
 
 
@@ -370,12 +372,19 @@ def _gpus(group: _Group) -> tuple[GPU, ...]:
     except InvalidSpec as e:
         raise group.fail("gpus.model", e.reason) from None
     count = group.integer(spec, "gpus.count", None)
-    if count <= 0:
-        raise group.fail("gpus.count", f"must be more than zero, got {count}")
+    if not 0 < count <= MAX_GPUS_PER_NODE:
+        raise group.fail("gpus.count", f"must be 1 to {MAX_GPUS_PER_NODE}, got {count}")
     memory = group.integer(spec, "gpus.memory_mib", default_memory)
     domains = _nvlink(group, spec.get("nvlink", "all"), count)
     numa = group.per_gpu(spec.get("numa", 0), count, "gpus.numa")
     layouts = _mig(group, spec.get("mig", {}), model, count)
+    # MIG cuts the model's whole memory; NVML reports a little under the nominal size
+    # (an H100 80GB: 81,559 MiB), so only a smaller card is refused.
+    if layouts and memory < default_memory * 0.95:
+        raise group.fail(
+            "gpus.memory_mib",
+            f"a MIG layout needs the {model}'s {default_memory} MiB, got {memory}",
+        )
     try:
         return tuple(
             GPU(i, model, memory, numa=numa[i], nvlink_domain=domains[i], mig=layouts.get(i))

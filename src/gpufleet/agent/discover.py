@@ -213,7 +213,8 @@ def _nvlinks(nvml: Any, handle: Any, buses: list[str]) -> tuple[set[int], bool]:
 
 def _numa(nvml: Any, handle: Any, bus_id: str) -> int | None:
     try:
-        return int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        return node if node >= 0 else None  # -1: the platform has no NUMA affinity
     except (nvml.NVMLError, AttributeError):  # older drivers and bindings: ask sysfs
         pass
     short = bus_id[-12:]  # NVML's 8-digit PCI domain, sysfs's 4

@@ -13,6 +13,13 @@ from types import MappingProxyType
 MILLI = 1000
 """One whole GPU in milli-GPU."""
 
+MAX_AMOUNT = 2**40
+"""The largest amount or count a spec may give (over 10^9 cores, an exbibyte): sums
+over a cluster's nodes must stay within the 64-bit integers the core computes in."""
+
+MAX_GPUS_PER_NODE = 1024
+"""The most GPUs one node may hold: the state keeps a row of every node's GPUs."""
+
 
 class InvalidSpec(ValueError):
     """A node, GPU or request that cannot exist. ``field`` names the culprit."""
@@ -27,6 +34,8 @@ def _positive(name: str, value: int, *, allow_zero: bool = True) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         bound = "zero or more" if allow_zero else "more than zero"
         raise InvalidSpec(name, f"must be {bound}, got {value}")
+    if value > MAX_AMOUNT:
+        raise InvalidSpec(name, f"must be at most {MAX_AMOUNT}, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,8 @@ class GPU:
     def __post_init__(self) -> None:
         _positive("gpu.index", self.index)
         _positive("gpu.memory_mib", self.memory_mib, allow_zero=False)
+        _positive("gpu.numa", self.numa)
+        _positive("gpu.nvlink_domain", self.nvlink_domain)
         if not self.model:
             raise InvalidSpec("gpu.model", "must not be empty")
 
@@ -75,6 +86,8 @@ class Node:
             raise InvalidSpec("node.name", "must not be empty")
         _positive("node.cpu_milli", self.cpu_milli)
         _positive("node.memory_mib", self.memory_mib)
+        if len(self.gpus) > MAX_GPUS_PER_NODE:
+            raise InvalidSpec("node.gpus", f"at most {MAX_GPUS_PER_NODE}, got {len(self.gpus)}")
         for i, gpu in enumerate(self.gpus):
             if gpu.index != i:
                 raise InvalidSpec("node.gpus", f"GPU at position {i} has index {gpu.index}")

@@ -147,13 +147,14 @@ def run_fill(
         pod = pods[i]
         r = pod.request
         demand = gpu_milli_equivalent(r)
+        came_at = arrived  # a pod that takes arrivals to 100% is one of those by 100%
         arrived += demand
         arrived_by[kinds[i]] += 1
         done = placer.place(state, r)
         if done is None:
             refused_by[kinds[i]] += 1
             if first_refusal is None:
-                first_refusal = arrived * 100 // capacity
+                first_refusal = came_at * 100 // capacity
             if record:
                 rows.append((pod.name, "", "", r.milli_per_gpu, r.cpu_milli, r.memory_mib))
         else:
@@ -170,6 +171,8 @@ def run_fill(
             alloc_pct.append(100.0 * allocated / capacity)
             frag_pct.append(100.0 * meter.total() / capacity)
             refused_at.append(refused_by.copy())
+        if len(alloc_pct) > levels:  # the last level is in: the run ends there
+            break
     seconds = time.perf_counter() - start
     arrived_100, refused_100 = at_100 or (arrived_by, refused_by)
     return FillRun(

@@ -19,6 +19,7 @@ counting the header as row 1) and the column.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -27,9 +28,19 @@ from typing import TextIO
 
 from gpufleet.adapters import textfile
 from gpufleet.core.catalog import gpu_memory_mib
-from gpufleet.core.model import GPU, MILLI, InvalidSpec, Node, Request
+from gpufleet.core.model import (
+    GPU,
+    MAX_AMOUNT,
+    MAX_GPUS_PER_NODE,
+    MILLI,
+    InvalidSpec,
+    Node,
+    Request,
+)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+NODE_FIELDS = {"name": "sn", "gpus": "gpu"}
+"""The node list's column for each ``Node`` field whose name differs."""
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 """The pod list's required columns (the module docstring lists the optional ones)."""
 
@@ -88,22 +99,34 @@ def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str,
 def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
     text = row[column].strip()
     try:
-        value = int(text) if text else 0
+        number = float(text) if text else 0.0
     except ValueError:
-        try:
-            value = int(float(text))
-        except ValueError:
-            raise TraceError(path, line, column, f"{text!r} is not a number") from None
+        number = math.nan
+    if not math.isfinite(number):
+        raise TraceError(path, line, column, f"{text!r} is not a number")
+    # Some exports write whole numbers as floats ("1000.0"); a fraction is a mistake.
+    if not number.is_integer():
+        raise TraceError(path, line, column, f"{text!r} is not a whole number")
+    value = int(text) if text.lstrip("-").isdigit() else int(number)
     if value < 0:
         raise TraceError(path, line, column, f"must not be negative, got {value}")
+    if value > MAX_AMOUNT:
+        raise TraceError(path, line, column, f"must be at most {MAX_AMOUNT}, got {value}")
     return value
 
 
 def load_nodes(path: Path | str) -> list[Node]:
     path = Path(path)
     nodes = []
+    first_row: dict[str, int] = {}
     for line, row in _rows(path, NODE_COLUMNS):
+        name = row["sn"].strip()
+        if name in first_row:
+            raise TraceError(path, line, "sn", f"{name!r} is also at row {first_row[name]}")
+        first_row[name] = line
         count = _int(path, line, row, "gpu")
+        if count > MAX_GPUS_PER_NODE:
+            raise TraceError(path, line, "gpu", f"at most {MAX_GPUS_PER_NODE}, got {count}")
         model = row["model"].strip()
         gpus: tuple[GPU, ...] = ()
         try:
@@ -111,13 +134,14 @@ def load_nodes(path: Path | str) -> list[Node]:
                 memory = gpu_memory_mib(model, "model")
                 gpus = tuple(GPU(index=i, model=model, memory_mib=memory) for i in range(count))
             node = Node(
-                name=row["sn"].strip(),
+                name=name,
                 cpu_milli=_int(path, line, row, "cpu_milli"),
                 memory_mib=_int(path, line, row, "memory_mib"),
                 gpus=gpus,
             )
         except InvalidSpec as e:
-            raise TraceError(path, line, e.field.removeprefix("node."), e.reason) from None
+            field = e.field.removeprefix("node.")
+            raise TraceError(path, line, NODE_FIELDS.get(field, field), e.reason) from None
         nodes.append(node)
     if not nodes:
         raise TraceError(path, None, None, "holds no nodes")

@@ -266,6 +266,11 @@ def test_a_mig_gres_type_is_a_mig_request(
         ("gres/gpu:1g.10gb=1,gres/gpu:h100=1,gres/gpu=2", "one profile and no whole GPUs"),
         ("gres/gpu:1g.10gb=1,gres/gpu:3g.40gb=1", "one profile and no whole GPUs"),
         ("gres/gpu:9g.90gb=1", "unknown MIG profile '9g.90gb'"),
+        # Media extensions are a profile of their own, not a whole GPU.
+        ("gres/gpu:a100_1g.10gb+me=1,gres/gpu=1", "unknown MIG profile '1g.10gb\\+me'"),
+        ("cpu=2,mem=infG", "mem='infG' is not a memory amount"),
+        ("cpu=2,mem=nanG", "mem='nanG' is not a memory amount"),
+        ("cpu=99999999999999999999999,gres/gpu=1", "must be at most 1099511627776"),
     ],
 )
 def test_a_mig_gres_mix_gpufleet_cannot_hold_is_refused(

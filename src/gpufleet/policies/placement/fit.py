@@ -17,7 +17,8 @@ class FirstFit:
 
     def score(self, ctx: PlacementContext) -> FloatArray:
         o = ctx.options
-        return -(o.node * 64 + np.maximum(o.gpu, 0)).astype(np.float64)
+        width: int = ctx.state.gpu_exists.shape[1] + 1  # node-major: GPUs stay within a node
+        return -(o.node * width + np.maximum(o.gpu, 0)).astype(np.float64)
 
 
 class BestFit:

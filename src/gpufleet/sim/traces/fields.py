@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpufleet.core.model import InvalidSpec
+from gpufleet.core.model import MAX_AMOUNT, InvalidSpec
 from gpufleet.sim.openb import TraceError, open_text
 
 
@@ -49,6 +49,8 @@ def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> 
         raise TraceError(path, line, field, f"{text!r} is not a whole number") from None
     if value < minimum:
         raise TraceError(path, line, field, f"must be {minimum} or more, got {value}")
+    if value > MAX_AMOUNT:
+        raise TraceError(path, line, field, f"must be at most {MAX_AMOUNT}, got {value}")
     return value
 
 
@@ -63,6 +65,8 @@ def seconds(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -
     rounded = round(value)
     if rounded < minimum:
         raise TraceError(path, line, field, f"must be {minimum} or more, got {text}")
+    if rounded > MAX_AMOUNT:
+        raise TraceError(path, line, field, f"must be at most {MAX_AMOUNT}, got {text}")
     return rounded
 
 

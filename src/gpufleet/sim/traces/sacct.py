@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.mig import PROFILES
-from gpufleet.core.model import Request
+from gpufleet.core.model import MAX_AMOUNT, Request
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.fields import count, located, table_rows
 from gpufleet.sim.traces.record import TraceJob, by_submit
@@ -74,7 +74,8 @@ COLUMNS = (
 )
 NO_TIME = frozenset({"", "Unknown", "None"})
 NO_LIMIT = frozenset({"UNLIMITED", "Partition_Limit", "NONE", "INVALID"})
-MIG_TYPE = re.compile(r"(?:^|_)(\d+g\.\d+gb)$")
+# A MIG profile ends the type, with its options (``+me``) if any: those are not modelled.
+MIG_TYPE = re.compile(r"(?:^|_)(\d+g\.\d+gb(?:\+\w+)*)$")
 _MIB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 
@@ -276,5 +277,7 @@ def _mib(path: Path, line: int, field: str, text: str) -> int:
     try:
         value = float(number) * _MIB_PER_UNIT[unit]
     except (KeyError, ValueError):
-        raise TraceError(path, line, field, f"mem={text!r} is not a memory amount") from None
+        value = math.nan
+    if not 0 <= value <= MAX_AMOUNT:  # also refuses nan and inf
+        raise TraceError(path, line, field, f"mem={text!r} is not a memory amount")
     return math.ceil(value)
