@@ -88,8 +88,10 @@ def node(gpus: object, cpu_milli: int = 1000, memory_mib: int = 1024) -> dict[st
             [f"GPU {i}: declared H100-80GB, NVML finds NVIDIA A100-SXM4-80GB" for i in range(4)],
         ),
         (
-            {"model": "A100-80GB", "count": 4, "memory_mib": 40960, "mig": {"3": "7g.80gb"}},
-            [f"GPU {i}: declared 40960 MiB, NVML finds 81920 MiB" for i in range(4)],
+            # No MIG layout: the file refuses one on a GPU smaller than its model.
+            {"model": "A100-80GB", "count": 4, "memory_mib": 40960},
+            [f"GPU {i}: declared 40960 MiB, NVML finds 81920 MiB" for i in range(4)]
+            + ["GPU 3: MIG is on, the inventory says otherwise"],
         ),
     ],
 )
