@@ -248,7 +248,7 @@ ERRORS = [
     (["--signal=WAT"], SH, "--signal: 'WAT' is not a signal name"),
     (["--exclusive=user"], SH, "--exclusive: =user: only a plain --exclusive"),
     (["--gpu-fraction=1.5"], SH, "--gpu-fraction: '1.5' is not a fraction between 0 and 1"),
-    (["--mig=2g.11gb"], SH, "--mig: '2g.11gb' is not a MIG profile (known: "),
+    (["--mig=2g.11gb"], SH, "--mig: unknown MIG profile '2g.11gb' (known: "),
     (["-N", "2", "--ntasks=3"], SH, "--ntasks: 3 tasks do not divide evenly over 2 nodes"),
     (["--export=PATH,NOPE"], SH, "--export: NOPE is not set in the submitting environment"),
     (["-w", "node[3-1]"], SH, "--nodelist: "),

@@ -48,7 +48,7 @@ from gpufleet.api.schemas import (
     MAX_TIME_S,
     JobSubmit,
 )
-from gpufleet.core.mig import PROFILES
+from gpufleet.core.mig import unknown_profile
 
 MAGIC_WORDS = ("#SBATCH", "#GPUFLEET")
 DEFAULT_NICE = 100
@@ -359,14 +359,11 @@ def parse_fraction(text: str) -> tuple[str | None, int]:
     return gpu_type or None, milli
 
 
-_MIG_NAMES = frozenset(name for table in PROFILES.values() for name in table)
-
-
 def parse_mig(text: str) -> tuple[str, int]:
     """``PROFILE[:count]``: a known MIG profile name and how many instances (default 1)."""
     name, colon, count = text.partition(":")
-    if name not in _MIG_NAMES:
-        raise _Bad(f"{name!r} is not a MIG profile (known: {', '.join(sorted(_MIG_NAMES))})")
+    if problem := unknown_profile(name):
+        raise _Bad(problem)
     return name, _int(count, 1, 56) if colon else 1
 
 

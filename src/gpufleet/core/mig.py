@@ -98,6 +98,17 @@ SUPPORTED: tuple[frozenset[tuple[int, int]], ...] = tuple(
 )
 
 
+PROFILE_NAMES = frozenset(name for table in PROFILES.values() for name in table)
+"""Every profile that some GPU model offers."""
+
+
+def unknown_profile(name: str) -> str | None:
+    """Why ``name`` is no profile of any model, or None when some model has it."""
+    if name in PROFILE_NAMES:
+        return None
+    return f"unknown MIG profile {name!r} (known: {', '.join(sorted(PROFILE_NAMES))})"
+
+
 def profile(model: str, name: str) -> MigProfile:
     """Look up a profile, raising InvalidSpec naming what is unknown."""
     table = PROFILES.get(model)

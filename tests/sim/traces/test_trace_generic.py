@@ -59,7 +59,7 @@ def test_mig_count_defaults_to_one(corrupt: Corrupt) -> None:
         (2, ",4,ana,", ",0,ana,", "nodes", "must be more than zero, got 0"),
         (3, "b,12.4,90.6", "b,12.4,-1", "duration_s", "must be 0 or more, got -1"),
         (2, ",7200,", ",0,", "time_limit_s", "must be 1 or more, got 0"),
-        (4, "1g.10gb", "1g.9gb", "mig_profile", "unknown profile '1g.9gb'"),
+        (4, "1g.10gb", "1g.9gb", "mig_profile", "unknown MIG profile '1g.9gb'"),
         (4, "A100-80GB|H100-80GB", "A100|H100-80GB", "gpu_models", "unknown GPU model 'A100'"),
         (4, ",yes,", ",maybe,", "preemptible", "'maybe' is not true/false"),
         (

@@ -138,7 +138,7 @@ def test_options_text() -> None:
         ),
         (
             "n_jobs=5,seed=1,gpus_total=8,mig_share=0.5,mig_profile=1g.10gb|2g.5gb",
-            "synthetic: mig_profile: unknown profile '2g.5gb' (known: 1g.10gb, 1g.18gb, "
+            "synthetic: mig_profile: unknown MIG profile '2g.5gb' (known: 1g.10gb, 1g.18gb, "
             "1g.20gb, 1g.35gb, 1g.5gb, 2g.10gb, 2g.20gb, 2g.35gb, 3g.20gb, 3g.40gb, 3g.71gb, "
             "4g.20gb, 4g.40gb, 4g.71gb, 7g.141gb, 7g.40gb, 7g.80gb)",
         ),

@@ -55,7 +55,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
-from gpufleet.core.mig import PROFILES
+from gpufleet.core.mig import unknown_profile
 from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.sim.openb import TraceError, open_text
 from gpufleet.sim.traces.fields import TraceProblems, count, seconds
@@ -132,7 +132,6 @@ TimeZone = Annotated[str, AfterValidator(_known_zone)]
 """An IANA time zone name, checked when the options are read."""
 
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-_MIG_PROFILES = frozenset(name for table in PROFILES.values() for name in table)
 _ANY: frozenset[str] = frozenset()
 _LOOKALIKE = 0.8  # difflib ratio above which a column reads as a misspelt field
 
@@ -326,9 +325,8 @@ class _Reader:
                 r.fail("duration_s", "no duration: start_time and end_time are empty")
         gpus, gpu_milli = r.gpus()
         profile = r.text("mig_profile")
-        if profile and profile not in _MIG_PROFILES:
-            known = ", ".join(sorted(_MIG_PROFILES))
-            r.fail("mig_profile", f"unknown profile {profile!r} (known: {known})")
+        if profile and (problem := unknown_profile(profile)):
+            r.fail("mig_profile", problem)
         listed = r.text("gpu_models")
         models = frozenset(filter(None, (m.strip() for m in listed.split("|")))) if listed else _ANY
         preemptible = _BOOLEANS.get(r.text("preemptible").lower() or "false")

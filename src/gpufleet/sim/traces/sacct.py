@@ -55,7 +55,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
-from gpufleet.core.mig import PROFILES
+from gpufleet.core.mig import unknown_profile
 from gpufleet.core.model import MAX_AMOUNT, Request
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.traces.fields import count, located, table_rows
@@ -258,9 +258,8 @@ def _mig_request(
             path, line, field, "a job holds MIG instances of one profile and no whole GPUs"
         )
     ((name, instances),) = mig.items()
-    if not any(name in table for table in PROFILES.values()):
-        known = ", ".join(sorted({p for table in PROFILES.values() for p in table}))
-        raise TraceError(path, line, field, f"unknown MIG profile {name!r} (known: {known})")
+    if problem := unknown_profile(name):
+        raise TraceError(path, line, field, problem)
     return Request(
         mig_profile=name,
         mig_count=-(-instances // nodes),

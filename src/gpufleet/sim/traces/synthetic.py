@@ -93,7 +93,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpufleet.core.mig import COMPUTE_SLICES, PROFILES
+from gpufleet.core.mig import COMPUTE_SLICES, unknown_profile
 from gpufleet.core.model import MILLI, InvalidSpec, Request
 from gpufleet.policies.validation import key_path, message
 from gpufleet.sim.openb import TraceError
@@ -176,12 +176,9 @@ class WorkloadShape(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadShape:
-        profiles = sorted({p for table in PROFILES.values() for p in table})
         for name in self.mig_profiles:
-            if name not in profiles:
-                raise ValueError(
-                    f"mig_profile: unknown profile {name!r} (known: {', '.join(profiles)})"
-                )
+            if problem := unknown_profile(name):
+                raise ValueError(f"mig_profile: {problem}")
         if self.mig_share and not self.mig_profiles:
             raise ValueError("mig_profile: required when mig_share is above 0")
         for size, weight in self.size_mix.items():
