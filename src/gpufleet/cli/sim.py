@@ -145,7 +145,7 @@ def fill(
         Path | None,
         typer.Option(
             metavar="FILE",
-            help="Node list CSV: sn,cpu_milli,memory_mib,gpu,model.",
+            help="Node list CSV (sn,cpu_milli,memory_mib,gpu,model) or a cluster file (.toml).",
             show_default=f"bundled {DEFAULT_NODES}",
         ),
     ] = None,
@@ -153,7 +153,7 @@ def fill(
         Path | None,
         typer.Option(
             metavar="FILE",
-            help="Pod list CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec.",
+            help="Pod list CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,mig_profile]",
             show_default=f"bundled {DEFAULT_PODS}",
         ),
     ] = None,

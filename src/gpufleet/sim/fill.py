@@ -162,9 +162,13 @@ def run_fill(
             allocated += demand
             if record:
                 for a in done:
-                    gpus = "|".join(str(g) for g in a.gpus)
                     node = nodes[a.node].name
-                    rows.append((pod.name, node, gpus, a.gpu_milli, a.cpu_milli, a.memory_mib))
+                    if a.mig:  # each instance on its GPU, as its share of the GPU's slices
+                        gpus = "|".join(str(state.mig_gpu[m]) for m in a.mig)
+                        milli = demand // (r.mig_count * r.nodes)
+                    else:
+                        gpus, milli = "|".join(str(g) for g in a.gpus), a.gpu_milli
+                    rows.append((pod.name, node, gpus, milli, a.cpu_milli, a.memory_mib))
         while len(alloc_pct) <= levels and arrived * 100 >= len(alloc_pct) * capacity:
             if len(alloc_pct) == 100:
                 at_100 = (arrived_by.copy(), refused_by.copy())

@@ -12,6 +12,10 @@ default: ``gpu_spec`` any model, ``qos`` none, ``creation_time`` and
 ``deletion_time`` 0 (the timed replay, ``traces.openb_timed``, requires
 them); ``pod_phase`` and ``scheduled_time`` are not read.
 
+``mig_profile`` is gpufleet's own optional column, for clusters with MIG: a
+pod that names a profile (``1g.10gb``) asks for ``num_gpu`` instances of it,
+with ``gpu_milli`` 0.
+
 Every malformed row raises ``TraceError`` naming the file, the row (1-based,
 counting the header as row 1) and the column.
 """
@@ -28,6 +32,7 @@ from typing import TextIO
 
 from gpufleet.adapters import textfile
 from gpufleet.core.catalog import gpu_memory_mib
+from gpufleet.core.mig import unknown_profile
 from gpufleet.core.model import (
     GPU,
     MAX_AMOUNT,
@@ -42,6 +47,8 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 NODE_FIELDS = {"name": "sn", "gpus": "gpu"}
 """The node list's column for each ``Node`` field whose name differs."""
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+POD_FIELDS = {"mig_count": "num_gpu"}
+"""The pod list's column for each ``Request`` field whose name differs."""
 """The pod list's required columns (the module docstring lists the optional ones)."""
 
 
@@ -160,9 +167,15 @@ def load_pods(path: Path | str) -> list[TracePod]:
                 gpu_memory_mib(model, "gpu_spec")
             except InvalidSpec as e:
                 raise TraceError(path, line, "gpu_spec", e.reason) from None
-        if num_gpu and not 0 < milli <= MILLI:
+        mig_profile = row.get("mig_profile", "").strip()
+        if mig_profile:
+            if problem := unknown_profile(mig_profile):
+                raise TraceError(path, line, "mig_profile", problem)
+            if milli:
+                raise TraceError(path, line, "gpu_milli", "a MIG pod asks for 0 (its profile)")
+        elif num_gpu and not 0 < milli <= MILLI:
             raise TraceError(path, line, "gpu_milli", f"must be 1..1000 with num_gpu, got {milli}")
-        if num_gpu > 1 and milli != MILLI:
+        elif num_gpu > 1 and milli != MILLI:
             raise TraceError(path, line, "gpu_milli", "a multi-GPU pod takes whole GPUs (1000)")
         try:
             request = Request(
@@ -170,11 +183,13 @@ def load_pods(path: Path | str) -> list[TracePod]:
                 memory_mib=_int(path, line, row, "memory_mib"),
                 gpus=num_gpu if milli == MILLI else 0,
                 gpu_milli=milli if num_gpu and milli < MILLI else 0,
+                mig_profile=mig_profile,
+                mig_count=num_gpu if mig_profile else 0,
                 gpu_models=spec,
             )
         except InvalidSpec as e:
             field = e.field.removeprefix("request.") if e.field != "request" else "cpu_milli"
-            raise TraceError(path, line, field, e.reason) from None
+            raise TraceError(path, line, POD_FIELDS.get(field, field), e.reason) from None
         pods.append(
             TracePod(
                 name=row["name"].strip(),

@@ -14,11 +14,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.core.job import gpu_milli_equivalent
 from gpufleet.core.model import InvalidSpec, Node
 from gpufleet.core.state import ClusterState
 from gpufleet.policies.registry import PLACEMENT, UnknownPolicy
+from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.fill import FillRun, run_fill
-from gpufleet.sim.openb import TracePod, load_nodes, load_pods
+from gpufleet.sim.openb import TracePod, load_pods
 
 
 class SweepError(ValueError):
@@ -34,7 +36,7 @@ class Trace:
 
     def load(self) -> tuple[list[Node], list[TracePod]]:
         """Read and check both files. Raises ``TraceError`` or ``SweepError``."""
-        nodes = load_nodes(self.nodes)
+        nodes = load_cluster_arg(str(self.nodes))
         pods = load_pods(self.pods)
         try:
             capacity = ClusterState(nodes).gpu_milli_capacity
@@ -42,7 +44,7 @@ class Trace:
             raise SweepError(f"{self.nodes}: {e}") from None
         if capacity == 0:
             raise SweepError(f"{self.nodes}: holds no GPUs, so there is nothing to fill")
-        if not any(p.request.total_gpu_milli for p in pods):
+        if not any(gpu_milli_equivalent(p.request) for p in pods):
             raise SweepError(f"{self.pods}: requests no GPUs, so it can never fill the cluster")
         return nodes, pods
 
