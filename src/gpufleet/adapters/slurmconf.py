@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
-import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpufleet.adapters.inventory import expand_hostlist
 from gpufleet.adapters.textfile import UnreadableText, read_text
@@ -34,22 +34,26 @@ DAY_S = 86_400
 DEFAULT_GPU_MODEL = "H100-80GB"
 """The catalog model of GPUs whose GRES names no type, unless ``--gpu-model gpu=MODEL``."""
 
-# GRES type (lower case, only letters and digits) -> catalog model, first match wins.
-_TYPE_MODELS: tuple[tuple[str, str], ...] = (
-    ("h200", "H200-141GB"),
-    ("h100", "H100-80GB"),
-    ("a10040", "A100-40GB"),
-    ("a100", "A100-80GB"),
-    ("l40s", "L40S"),
-    ("l4", "L4"),
-    ("a10", "A10"),
-    ("t4", "T4"),
-    ("v10016", "V100M16"),
-    ("v100", "V100M32"),
-    ("p100", "P100"),
+# GRES type tokens: the model family -> {memory in GB: catalog model}; the first is
+# the family's model when the type names no memory.
+_FAMILIES: dict[str, dict[int, str]] = {
+    "h200": {141: "H200-141GB"},
+    "h100": {80: "H100-80GB"},
+    "a100": {80: "A100-80GB", 40: "A100-40GB"},
+    "l40s": {48: "L40S"},
+    "l4": {24: "L4"},
+    "a10": {24: "A10"},
+    "t4": {16: "T4"},
+    "v100": {32: "V100M32", 16: "V100M16"},
+    "p100": {16: "P100"},
+}
+# Tokens that say nothing of the model's compute or memory (vendor, form factor).
+_NEUTRAL_TOKENS = frozenset(
+    ("nvidia", "tesla", "gpu", "pcie", "sxm", "sxm2", "sxm4", "sxm5", "hbm2", "hbm2e", "hbm3")
 )
+_MEMORY_TOKEN = re.compile(r"(\d+)(?:g|gb)?")
+_MIG_TYPE = re.compile(r"\dg\.\d+gb")
 
-_ENTITIES = ("NodeName", "PartitionName")
 _PRIORITY_WEIGHTS = {
     "priorityweightage": "weight_age",
     "priorityweightfairshare": "weight_fairshare",
@@ -62,6 +66,9 @@ _PRIORITY_WEIGHTS = {
 _CONSUMABLE = frozenset(
     f"CR_{unit}{memory}" for unit in ("CPU", "CORE", "SOCKET") for memory in ("", "_MEMORY")
 ) | {"CR_MEMORY"}
+_CPU_FACTORS = ("Boards", "Sockets", "CoresPerSocket", "ThreadsPerCore")
+# PreemptType -> what may preempt (policy.toml's preemption.by).
+_PREEMPT_BY = {"preempt/qos": ["qos"], "preempt/partition_prio": ["partition_tier"]}
 _SCHEDULER_KEYS = (
     "bf_interval",
     "bf_window",
@@ -93,6 +100,7 @@ class Imported:
 
 @dataclass
 class _Line:
+    path: Path
     number: int
     pairs: list[tuple[str, str]]
 
@@ -101,30 +109,83 @@ class _Line:
         return self.pairs[0][0]
 
 
-def _lines(path: Path) -> Iterator[_Line]:
-    """The ``Key=Value`` pairs of each line of a Slurm configuration file."""
+# Slurm's parser: a key, '=' with optional spaces around it, a quoted or unquoted value.
+_PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*=\s*(?:"([^"]*)"|(\S*))(?=\s|$)')
+_INCLUDE = re.compile(r"include\s+(.+)", re.IGNORECASE)
+
+
+def _read(path: Path) -> str:
     try:
-        text = read_text(path)
+        return read_text(path)
     except UnreadableText as e:
-        raise SlurmImportError(path, e.line, None, str(e)) from None
+        raise SlurmImportError(path, e.line, None, e.reason) from None
+
+
+def _physical(raw: str) -> tuple[str, bool]:
+    """A line without its comment and with escapes resolved, as Slurm reads it;
+    and whether a trailing backslash continues it on the next line."""
+    out: list[str] = []
+    i = 0
+    while i < len(raw) and raw[i] != "#":
+        if raw[i] == "\\":
+            if not raw[i + 1 :].strip():
+                return "".join(out), True
+            i += 1  # \# is a '#', \\ a backslash
+        out.append(raw[i])
+        i += 1
+    return "".join(out), False
+
+
+def _logical(text: str) -> Iterator[tuple[int, str]]:
+    """Each line that is not blank, with the number of its first physical line."""
+    body, first = "", 0
     for number, raw in enumerate(text.splitlines(), 1):
-        body = raw.split("#", 1)[0].strip()
-        if not body:
-            continue
-        try:
-            tokens = shlex.split(body)
-        except ValueError as e:
-            raise SlurmImportError(path, number, None, f"cannot split the line: {e}") from None
-        if tokens[0].lower() == "include":
-            yield _Line(number, [("Include", " ".join(tokens[1:]))])
-            continue
-        pairs = []
-        for token in tokens:
-            key, eq, value = token.partition("=")
-            if not eq or not key:
-                raise SlurmImportError(path, number, token, "expected Key=Value")
-            pairs.append((key, value))
-        yield _Line(number, pairs)
+        part, more = _physical(raw)
+        first = first or number
+        body += part
+        if not more:
+            if body.strip():
+                yield first, body.strip()
+            body, first = "", 0
+    if body.strip():
+        yield first, body.strip()
+
+
+def _lines(path: Path, top: Path | None = None, chain: tuple[Path, ...] = ()) -> Iterator[_Line]:
+    """The ``Key=Value`` pairs of each line of a Slurm configuration file, the
+    files it includes read in place (relative names from ``top``'s directory)."""
+    chain = (*chain, path.resolve())
+    for number, line in _logical(_read(path)):
+        include = _INCLUDE.fullmatch(line)
+        if include:
+            yield from _include(path, number, include[1].strip(), top or path, chain)
+        else:
+            yield _Line(path, number, _pairs(path, number, line))
+
+
+def _include(
+    path: Path, number: int, name: str, top: Path, chain: tuple[Path, ...]
+) -> Iterator[_Line]:
+    target = top.parent / name  # an absolute name stays itself
+    if target.resolve() in chain:
+        loop = " -> ".join(str(p) for p in (*chain, target.resolve()))
+        raise SlurmImportError(path, number, "Include", f"includes itself: {loop}")
+    if not target.is_file():
+        raise SlurmImportError(path, number, "Include", f"{target}: no such file")
+    yield from _lines(target, top, chain)
+
+
+def _pairs(path: Path, number: int, line: str) -> list[tuple[str, str]]:
+    pairs, pos = [], 0
+    while pos < len(line):
+        match = _PAIR.match(line, pos)
+        if match is None:
+            raise SlurmImportError(path, number, line[pos:].split()[0], "expected Key=Value")
+        pairs.append((match[1], match[2] if match[2] is not None else match[3]))
+        pos = match.end()
+        while pos < len(line) and line[pos].isspace():
+            pos += 1
+    return pairs
 
 
 def _minutes(path: Path, line: int | None, key: str, text: str) -> int:
@@ -167,19 +228,59 @@ def _hosts(path: Path, line: int, key: str, text: str) -> list[str]:
 
 
 def gpu_model(gres_type: str, models: Mapping[str, str]) -> str | None:
-    """The catalog model of a GRES GPU type: ``models`` first, then known names."""
+    """The catalog model of a GRES GPU type: ``models`` first, then a known family
+    (``a100``) of the memory the type names, if it names one (``a100-sxm4-40gb``).
+
+    None when a token is neither a family, a memory size, nor a vendor or form
+    factor word: ``h100nvl`` or ``l40`` is another card, not to be guessed.
+    """
     if gres_type in models:
         return models[gres_type]
-    key = re.sub(r"[^a-z0-9]", "", gres_type.lower())
-    return next((model for prefix, model in _TYPE_MODELS if key.startswith(prefix)), None)
+    family, memory = None, None
+    for token in re.split(r"[^a-z0-9]+", gres_type.lower()):
+        size = _MEMORY_TOKEN.fullmatch(token)
+        if token in _FAMILIES and family is None:
+            family = token
+        elif size and memory is None:
+            memory = int(size[1])
+        elif token and token not in _NEUTRAL_TOKENS:
+            return None
+    if family is None:
+        return None
+    sizes = _FAMILIES[family]
+    return next(iter(sizes.values())) if memory is None else sizes.get(memory)
+
+
+class _Setting(NamedTuple):
+    path: Path
+    line: int
+    key: str
+    value: str
+
+
+@dataclass
+class _Entity:
+    """A NodeName, NodeSet or PartitionName line, ``DEFAULT`` lines merged in."""
+
+    path: Path
+    line: int
+    name: str
+    attrs: dict[str, tuple[str, str]]  # lower key -> (Key, value)
+
+    def take(self, key: str) -> str | None:
+        item = self.attrs.pop(key, None)
+        return None if item is None else item[1]
+
+    def fail(self, key: str, reason: str) -> SlurmImportError:
+        return SlurmImportError(self.path, self.line, key, reason)
 
 
 @dataclass
 class _Gres:
-    """One node line's GPUs: count and type ('' when the GRES names none)."""
+    """One node line's GPUs: count and types ('' when the GRES names none)."""
 
     count: int = 0
-    type: str = ""
+    types: list[str] = field(default_factory=list)
 
 
 class _Translator:
@@ -187,86 +288,99 @@ class _Translator:
         self.conf = conf
         self.models = dict(models)
         self.unmodelled: set[str] = set()
-        self.settings: dict[str, tuple[int, str, str]] = {}  # lower key -> (line, Key, value)
-        self.node_lines: list[tuple[int, dict[str, str]]] = []
-        self.partition_lines: list[tuple[int, dict[str, str]]] = []
+        self.settings: dict[str, _Setting] = {}  # by lower-case key
+        self.entities: dict[str, list[_Entity]] = {
+            "nodename": [],
+            "nodeset": [],
+            "partitionname": [],
+        }
         self.gpu_billing: dict[str, float] = {}  # catalog model ("*": any) -> weight
         self.bf_interval = 30  # Slurm's default
         self.calc_s: int | None = None
+        self.preempt_mode = "requeue"  # the cluster's PreemptMode, for QoS saying "cluster"
 
     # -- slurm.conf --------------------------------------------------------------
     def read_conf(self) -> None:
-        defaults: dict[str, dict[str, str]] = {"nodename": {}, "partitionname": {}}
+        defaults: dict[str, dict[str, tuple[str, str]]] = {k: {} for k in self.entities}
         for line in _lines(self.conf):
             head = line.head.lower()
             if head in defaults:
                 name = line.pairs[0][1]
-                attrs = {k: v for k, v in line.pairs[1:]}
+                attrs = {k.lower(): (k, v) for k, v in line.pairs[1:]}
                 if name.upper() == "DEFAULT":
                     defaults[head].update(attrs)
                     continue
-                merged = {**defaults[head], **attrs, line.pairs[0][0]: name}
-                target = self.node_lines if head == "nodename" else self.partition_lines
-                target.append((line.number, merged))
+                if not name or "=" in name:  # "PartitionName= Nodes=x": the name is missing
+                    raise SlurmImportError(line.path, line.number, line.head, "needs a name")
+                entity = _Entity(line.path, line.number, name, {**defaults[head], **attrs})
+                self.entities[head].append(entity)
                 continue
             for key, value in line.pairs:
-                self.settings[key.lower()] = (line.number, key, value)
+                self.settings[key.lower()] = _Setting(line.path, line.number, key, value)
 
-    def setting(self, key: str) -> tuple[int, str, str] | None:
+    def setting(self, key: str) -> _Setting | None:
         return self.settings.pop(key.lower(), None)
 
     def note(self, name: str) -> None:
         self.unmodelled.add(name)
 
     # -- nodes -------------------------------------------------------------------
-    def nodes(self, gres_types: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
+    def nodes(
+        self, gres_types: Mapping[str, list[str]]
+    ) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+        """The ``[[nodes]]`` groups, and each node's features by name, in order."""
         groups: list[dict[str, Any]] = []
-        names: list[str] = []
-        for number, attrs in self.node_lines:
-            attrs = dict(attrs)
-            hostlist = attrs.pop(next(k for k in attrs if k.lower() == "nodename"))
-            hosts = _hosts(self.conf, number, "NodeName", hostlist)
-            names.extend(hosts)
-            group: dict[str, Any] = {"names": hostlist}
-            lower = {k.lower(): (k, v) for k, v in attrs.items()}
-
-            def take(key: str, lower: dict[str, tuple[str, str]] = lower) -> str | None:
-                item = lower.pop(key, None)
-                return None if item is None else item[1]
-
-            cpus = take("cpus") or take("procs")
-            sockets, cores, threads = (
-                take("sockets"),
-                take("corespersocket"),
-                take("threadspercore"),
-            )
-            boards = take("boards")
-            if cpus is None and (sockets or cores or threads):
+        features: dict[str, list[str]] = {}
+        seen: dict[str, int] = {}  # node -> its NodeName line
+        for e in self.entities["nodename"]:
+            hosts = _hosts(e.path, e.line, "NodeName", e.name)
+            for host in hosts:
+                if host in seen:
+                    raise e.fail("NodeName", f"{host!r} is also defined on line {seen[host]}")
+                seen[host] = e.line
+            group: dict[str, Any] = {"names": e.name}
+            cpus = e.take("cpus") or e.take("procs")
+            sizes = {k: e.take(k.lower()) for k in _CPU_FACTORS}
+            if cpus is None and any(sizes[k] for k in _CPU_FACTORS[1:]):
                 cpus = str(
-                    _integer(self.conf, number, "Sockets", sockets or "1")
-                    * _integer(self.conf, number, "CoresPerSocket", cores or "1")
-                    * _integer(self.conf, number, "ThreadsPerCore", threads or "1")
-                    * _integer(self.conf, number, "Boards", boards or "1")
+                    math.prod(_integer(e.path, e.line, k, n or "1") for k, n in sizes.items())
                 )
-            group["cpu_milli"] = _integer(self.conf, number, "CPUs", cpus or "1") * 1000
+            group["cpu_milli"] = _integer(e.path, e.line, "CPUs", cpus or "1") * 1000
             group["memory_mib"] = max(
-                1, _integer(self.conf, number, "RealMemory", take("realmemory") or "1")
+                1, _integer(e.path, e.line, "RealMemory", e.take("realmemory") or "1")
             )
-            features = take("feature") or take("features")
-            if features:
-                group["labels"] = {f: "" for f in features.split(",") if f}
-            gres = self._gres(number, take("gres") or "")
-            if gres.count:
-                gres_type = gres.type or gres_types.get(hosts[0], "")
-                group["gpus"] = {"model": self._model(number, gres_type), "count": gres.count}
-            for key, _ in lower.values():
+            labels = [f for f in (e.take("feature") or e.take("features") or "").split(",") if f]
+            features.update(dict.fromkeys(hosts, labels))
+            if labels:
+                group["labels"] = dict.fromkeys(labels, "")
+            gres = self._gres(e, e.take("gres") or "")
+            for key, _ in e.attrs.values():
                 self.note(f"NodeName.{key}")
-            groups.append(group)
-        return groups, names
+            if not gres.count:
+                groups.append(group)
+                continue
+            # gres.conf may type each host differently: one group per GPU type.
+            by_type: dict[str, list[str]] = {}
+            mixed: dict[tuple[str, ...], list[str]] = {}
+            for host in hosts:
+                types = gres.types or gres_types.get(host) or [""]
+                if len(types) > 1:
+                    mixed.setdefault(tuple(types), []).append(host)
+                by_type.setdefault(types[0], []).append(host)
+            for several, members in mixed.items():
+                self.note(
+                    f"{','.join(members)}: GPU types {' and '.join(several)} "
+                    f"(one model per node: all {gres.count} GPUs taken as {several[0]})"
+                )
+            for gres_type, members in by_type.items():
+                names = e.name if len(by_type) == 1 else ",".join(members)
+                gpus = {"model": self._model(e, gres_type), "count": gres.count}
+                groups.append({**group, "names": names, "gpus": gpus})
+        return groups, features
 
-    def _gres(self, number: int, text: str) -> _Gres:
+    def _gres(self, e: _Entity, text: str) -> _Gres:
         out = _Gres()
-        for entry in (e for e in text.split(",") if e):
+        for entry in (x for x in text.split(",") if x):
             parts = entry.split("(", 1)[0].split(":")
             if parts[0] != "gpu":
                 self.note(f"NodeName.Gres={parts[0]}")
@@ -274,82 +388,117 @@ class _Translator:
             count = parts[-1] if len(parts) > 1 else "1"
             gres_type = parts[1] if len(parts) == 3 else ""
             if len(parts) > 3 or (len(parts) == 2 and not count.isdigit()):
-                raise SlurmImportError(
-                    self.conf, number, "Gres", f"{entry!r} is not gpu[:TYPE]:COUNT"
-                )
-            if out.count and gres_type != out.type:
-                self.note("NodeName.Gres (a second GPU type on one node)")
-                continue
-            out.count += _integer(self.conf, number, "Gres", count)
-            out.type = gres_type
+                raise e.fail("Gres", f"{entry!r} is not gpu[:TYPE]:COUNT")
+            out.count += _integer(e.path, e.line, "Gres", count)
+            if gres_type and gres_type not in out.types:
+                out.types.append(gres_type)
         return out
 
-    def _model(self, number: int, gres_type: str) -> str:
+    def _model(self, e: _Entity, gres_type: str) -> str:
+        if _MIG_TYPE.search(gres_type.lower()):
+            raise e.fail(
+                "Gres",
+                f"GPU type {gres_type!r} is a MIG slice, and gpufleet imports whole GPUs: "
+                "give the node's GPUs whole (gpu:TYPE:N) and their MIG layout in "
+                "cluster.toml's gpus.mig (see docs/cluster-file.md)",
+            )
         model = gpu_model(gres_type or "gpu", self.models)
         if model is None and not gres_type:
             model = DEFAULT_GPU_MODEL
             self.note(f"GPU model of untyped gres gpu (taken as {DEFAULT_GPU_MODEL})")
         if model is None:
-            raise SlurmImportError(
-                self.conf,
-                number,
+            raise e.fail(
                 "Gres",
                 f"GPU type {gres_type!r} names no known model: map it with "
                 f"--gpu-model {gres_type}=MODEL",
             )
         try:
             gpu_memory_mib(model, "--gpu-model")
-        except InvalidSpec as e:
-            raise SlurmImportError(self.conf, number, "Gres", str(e)) from None
+        except InvalidSpec as err:
+            raise e.fail("Gres", str(err)) from None
         return model
 
     # -- partitions ----------------------------------------------------------------
-    def partitions(self, all_nodes: Sequence[str]) -> list[dict[str, Any]]:
+    def nodesets(self, features: Mapping[str, list[str]]) -> dict[str, list[str]]:
+        """Each NodeSet's nodes: those of its ``Feature=``, or its ``Nodes=``."""
+        out: dict[str, list[str]] = {}
+        for e in self.entities["nodeset"]:
+            feature, nodes = e.take("feature"), e.take("nodes")
+            if (feature is None) == (nodes is None):
+                raise e.fail("NodeSet", "give one of Feature= or Nodes=")
+            if feature is not None:
+                out[e.name] = [n for n, labels in features.items() if feature in labels]
+            else:
+                out[e.name] = self._node_list(e, "Nodes", nodes or "", features, {})
+            for key, _ in e.attrs.values():
+                self.note(f"NodeSet.{key}")
+        return out
+
+    @staticmethod
+    def _node_list(
+        e: _Entity,
+        key: str,
+        text: str,
+        known: Mapping[str, object],
+        nodesets: Mapping[str, list[str]],
+    ) -> list[str]:
+        """The nodes a ``Nodes=`` names: hostlists, NodeSet names or ``ALL``."""
+        out: dict[str, None] = {}
+        for name in _hosts(e.path, e.line, key, text):
+            if name.upper() == "ALL":
+                out.update(dict.fromkeys(known))
+            elif name in nodesets:
+                out.update(dict.fromkeys(nodesets[name]))
+            elif name in known:
+                out[name] = None
+            else:
+                raise e.fail(key, f"unknown node {name!r} (on no NodeName line, and no NodeSet)")
+        return list(out)
+
+    def partitions(self, features: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+        nodesets = self.nodesets(features)
         out: list[dict[str, Any]] = []
-        for number, attrs in self.partition_lines:
-            lower = {k.lower(): (k, v) for k, v in attrs.items()}
-            name = lower.pop("partitionname")[1]
-            p: dict[str, Any] = {"name": name}
-
-            def take(key: str, lower: dict[str, tuple[str, str]] = lower) -> str | None:
-                item = lower.pop(key, None)
-                return None if item is None else item[1]
-
-            nodes = take("nodes")
-            if nodes and nodes.upper() != "ALL":
-                p["nodes"] = _hosts(self.conf, number, "Nodes", nodes)
-            elif nodes:
-                p["nodes"] = list(all_nodes)
+        lines: dict[str, int] = {}
+        for e in self.entities["partitionname"]:
+            if e.name in lines:
+                raise e.fail("PartitionName", f"{e.name!r} is also defined on line {lines[e.name]}")
+            lines[e.name] = e.line
+            p: dict[str, Any] = {"name": e.name}
+            nodes = e.take("nodes")
+            if nodes:
+                p["nodes"] = self._node_list(e, "Nodes", nodes, features, nodesets)
             for key, field_ in (("MaxTime", "max_time_s"), ("DefaultTime", "default_time_s")):
-                value = take(key.lower())
+                value = e.take(key.lower())
                 if value is not None:
-                    p[field_] = _minutes(self.conf, number, key, value)
+                    p[field_] = _minutes(e.path, e.line, key, value)
+            if "max_time_s" in p:  # Slurm's default time is the partition's MaxTime
+                p.setdefault("default_time_s", p["max_time_s"])
             for key, field_ in (
                 ("PriorityTier", "priority_tier"),
                 ("PriorityJobFactor", "priority_job_factor"),
             ):
-                value = take(key.lower())
+                value = e.take(key.lower())
                 if value is not None:
-                    p[field_] = _integer(self.conf, number, key, value)
-            mode = take("preemptmode")
+                    p[field_] = _integer(e.path, e.line, key, value)
+            mode = e.take("preemptmode")
             if mode is not None:
                 p["preemptible"] = mode.upper() != "OFF"
                 if mode.upper() not in ("OFF", "REQUEUE", "CANCEL"):
                     self.note(f"PartitionName.PreemptMode={mode}")
             for key, field_ in (("allowaccounts", "allowed_accounts"), ("allowqos", "allowed_qos")):
-                value = take(key)
+                value = e.take(key)
                 if value and value.upper() != "ALL":
                     p[field_] = value.split(",")
-            default = (take("default") or "NO").upper() == "YES"
-            billing = take("tresbillingweights")
+            default = (e.take("default") or "NO").upper() == "YES"
+            billing = e.take("tresbillingweights")
             if billing:
-                self.billing(number, billing)
-            for key, _ in lower.values():
+                self.billing(e, billing)
+            for key, _ in e.attrs.values():
                 self.note(f"PartitionName.{key}")
             out.insert(0 if default else len(out), p)  # the first is the default
         return out
 
-    def billing(self, number: int, text: str) -> None:
+    def billing(self, e: _Entity, text: str) -> None:
         """TRESBillingWeights' GPU entries as per-model billing weights."""
         weights = self.gpu_billing
         for entry in text.split(","):
@@ -358,55 +507,53 @@ class _Translator:
             if lowered.startswith("gres/gpu:"):
                 model = gpu_model(key.split(":", 1)[1], self.models)
                 if model is not None:
-                    weights[model] = _number(self.conf, number, "TRESBillingWeights", value)
+                    weights[model] = _number(e.path, e.line, "TRESBillingWeights", value)
                     continue
             elif lowered == "gres/gpu":
-                weights["*"] = _number(self.conf, number, "TRESBillingWeights", value)
+                weights["*"] = _number(e.path, e.line, "TRESBillingWeights", value)
                 continue
             self.note(f"TRESBillingWeights={key}")
 
     # -- priority, scheduling, preemption -------------------------------------------
     def ordering(self) -> dict[str, Any]:
         kind = self.setting("PriorityType")
-        if kind is None or kind[2] != "priority/multifactor":
+        if kind is None or kind.value != "priority/multifactor":
             return {"plugin": "fifo"}
         weights: dict[str, Any] = dict.fromkeys(_PRIORITY_WEIGHTS.values(), 0)
         weights["weight_job_size"] = 0
         for key, name in _PRIORITY_WEIGHTS.items():
             item = self.setting(key)
             if item is not None:
-                weights[name] = _integer(self.conf, item[0], item[1], item[2])
+                weights[name] = _integer(*item)
         job_size = self.setting("PriorityWeightJobSize")
         tres = self.setting("PriorityWeightTRES")
         gpu_weight = 0
         if tres is not None:
-            for entry in tres[2].split(","):
+            for entry in tres.value.split(","):
                 key, _, value = entry.partition("=")
                 if key.lower() == "gres/gpu":
-                    gpu_weight = _integer(self.conf, tres[0], "PriorityWeightTRES", value)
+                    gpu_weight = _integer(tres.path, tres.line, tres.key, value)
                 else:
                     self.note(f"PriorityWeightTRES={key}")
         favor = self.setting("PriorityFavorSmall")
-        favor_small = favor is not None and favor[2].upper() == "YES"
+        favor_small = favor is not None and favor.value.upper() == "YES"
         if gpu_weight:
             # gpufleet's job size factor counts GPUs: the GPU TRES weight is that factor.
             weights["weight_job_size"] = gpu_weight
-            if job_size is not None and job_size[2] != "0":
+            if job_size is not None and job_size.value != "0":
                 self.note("PriorityWeightJobSize (with PriorityWeightTRES=GRES/gpu)")
             if favor_small:
                 self.note("PriorityFavorSmall (with PriorityWeightTRES=GRES/gpu)")
         else:
             if job_size is not None:
-                weights["weight_job_size"] = _integer(
-                    self.conf, job_size[0], job_size[1], job_size[2]
-                )
+                weights["weight_job_size"] = _integer(*job_size)
             weights["favor_small"] = favor_small
         age = self.setting("PriorityMaxAge")
-        weights["max_age_s"] = 7 * DAY_S if age is None else _minutes(self.conf, *age)
-        if weights["max_age_s"] == 0:
-            raise SlurmImportError(
-                self.conf, age and age[0], "PriorityMaxAge", "must be more than 0"
-            )
+        weights["max_age_s"] = 7 * DAY_S
+        if age is not None:
+            weights["max_age_s"] = _minutes(*age)
+            if not weights["max_age_s"]:
+                raise SlurmImportError(age.path, age.line, age.key, "must be more than 0")
         weights["calc_period_s"] = self.calc_period()
         weights["fairshare"] = self.fairshare()
         return {"plugin": "multifactor", "multifactor": weights}
@@ -414,12 +561,12 @@ class _Translator:
     def fairshare(self) -> dict[str, Any]:
         fs: dict[str, Any] = {"tied_accounts": "in_turn"}  # what Slurm's code does
         half = self.setting("PriorityDecayHalfLife")
-        fs["half_life_s"] = 7 * DAY_S if half is None else _minutes(self.conf, *half)
+        fs["half_life_s"] = 7 * DAY_S if half is None else _minutes(*half)
         damp = self.setting("FairShareDampeningFactor")
         if damp is not None:
-            fs["dampening_factor"] = max(1.0, _number(self.conf, *damp))
+            fs["dampening_factor"] = max(1.0, _number(*damp))
         flags = self.setting("PriorityFlags")
-        for flag in flags[2].split(",") if flags else []:
+        for flag in flags.value.split(",") if flags else []:
             if flag.upper() == "NO_FAIR_TREE":
                 fs["algorithm"] = "classic"
             elif flag.upper() != "FAIR_TREE":
@@ -434,15 +581,15 @@ class _Translator:
         params = self.setting("SelectTypeParameters")
         topology = self.setting("TopologyPlugin")
         choice = "consecutive"
-        if kind is not None and kind[2] not in ("select/cons_tres", "select/cons_res"):
-            self.note(f"SelectType={kind[2]}")
+        if kind is not None and kind.value not in ("select/cons_tres", "select/cons_res"):
+            self.note(f"SelectType={kind.value}")
             choice = "best-fit"
-        for flag in params[2].split(",") if params is not None else ():
+        for flag in params.value.split(",") if params is not None else ():
             if flag.upper() not in _CONSUMABLE:
                 self.note(f"SelectTypeParameters={flag}")
                 choice = "best-fit" if flag.upper() == "CR_LLN" else choice
-        if topology is not None and topology[2] not in ("topology/none", "topology/default"):
-            self.note(f"TopologyPlugin={topology[2]}")
+        if topology is not None and topology.value not in ("topology/none", "topology/default"):
+            self.note(f"TopologyPlugin={topology.value}")
             choice = "best-fit"
         return choice
 
@@ -451,28 +598,33 @@ class _Translator:
         kind = self.setting("SchedulerType")
         params = self.setting("SchedulerParameters")
         values: dict[str, str] = {}
-        for entry in params[2].split(",") if params else []:
+        for entry in params.value.split(",") if params else []:
             key, _, value = entry.partition("=")
-            if key in _SCHEDULER_KEYS:
-                values[key] = value
+            if key.lower() in _SCHEDULER_KEYS:  # Slurm matches them in any case
+                values[key.lower()] = value
             elif key:
                 self.note(f"SchedulerParameters={key}")
-        if kind is not None and kind[2] != "sched/backfill":
-            self.note(f"SchedulerType={kind[2]} (no backfill)")
+        if kind is not None and kind.value != "sched/backfill":
+            self.note(f"SchedulerType={kind.value} (no backfill)")
             return None
-        line = params[0] if params else 0
+
+        def number(key: str, default: str, least: int = 0) -> int:
+            where: tuple[Path, int | None] = (
+                (params.path, params.line) if params else (self.conf, None)
+            )
+            value = _integer(*where, key, values.get(key, default))
+            if value < least:
+                raise SlurmImportError(*where, key, f"must be {least} or more, got {value}")
+            return value
+
         # Slurm's backfill reserves every job it tests: conservative backfill.
         bf: dict[str, Any] = {"mode": "conservative"}
         if "bf_window" in values:
-            bf["window_s"] = 60 * _integer(self.conf, line, "bf_window", values["bf_window"])
-        bf["resolution_s"] = (
-            _integer(self.conf, line, "bf_resolution", values.get("bf_resolution", "60")) or 1
-        )
+            bf["window_s"] = 60 * number("bf_window", "", 1)
+        bf["resolution_s"] = number("bf_resolution", "60") or 1
         if "bf_max_job_test" in values:
-            bf["max_job_test"] = _integer(
-                self.conf, line, "bf_max_job_test", values["bf_max_job_test"]
-            )
-        self.bf_interval = _integer(self.conf, line, "bf_interval", values.get("bf_interval", "30"))
+            bf["max_job_test"] = number("bf_max_job_test", "", 1)
+        self.bf_interval = number("bf_interval", "30")
         # Slurm's structure: a backfill pass every bf_interval (its backfill thread),
         # the main scheduler's passes on events between them.
         bf["interval_s"] = self.bf_interval
@@ -481,30 +633,33 @@ class _Translator:
         bf["will_run_window_s"] = 30
         bf["will_run_nodes"] = will_run_nodes
         if "bf_window_linear" in values:
-            bf["will_run_linear_s"] = _integer(
-                self.conf, line, "bf_window_linear", values["bf_window_linear"]
-            )
+            bf["will_run_linear_s"] = number("bf_window_linear", "")
         if "default_queue_depth" in values:
             self.note("SchedulerParameters=default_queue_depth")
         return bf
 
-    def preemption(self) -> bool:
+    def preemption(self) -> dict[str, Any]:
+        """The ``[preemption]`` table: what may preempt, as PreemptType says. A
+        ``PreemptMode=CANCEL`` is kept for the QoS that follow the cluster's mode."""
         kind = self.setting("PreemptType")
         mode = self.setting("PreemptMode")
-        enabled = kind is not None and kind[2] in ("preempt/qos", "preempt/partition_prio")
-        if mode is not None:
-            modes = {m.upper() for m in mode[2].split(",")}
-            if "OFF" in modes:
-                enabled = False
-            for m in modes - {"OFF", "REQUEUE", "CANCEL"}:
-                self.note(f"PreemptMode={m}")
-        return enabled
+        by = _PREEMPT_BY.get(kind.value) if kind else None
+        if kind is not None and by is None and kind.value != "preempt/none":
+            self.note(f"PreemptType={kind.value}")
+        modes = {m.upper() for m in mode.value.split(",")} if mode else set()
+        for m in modes - {"OFF", "REQUEUE", "CANCEL"}:
+            self.note(f"PreemptMode={m}")
+        if "CANCEL" in modes:
+            self.preempt_mode = "cancel"
+        if by is None or "OFF" in modes:
+            return {"enabled": False}
+        return {"enabled": True, "by": by}
 
     def calc_period(self) -> int:
         """PriorityCalcPeriod in seconds (read once: age and fairshare both follow it)."""
         if self.calc_s is None:
             calc = self.setting("PriorityCalcPeriod")
-            self.calc_s = 300 if calc is None else _minutes(self.conf, *calc)
+            self.calc_s = 300 if calc is None else _minutes(*calc)
         return self.calc_s
 
     def sim(self) -> dict[str, Any]:
@@ -514,9 +669,9 @@ class _Translator:
 # -- gres.conf -------------------------------------------------------------------
 
 
-def read_gres(path: Path, nodes: Sequence[str]) -> tuple[dict[str, str], set[str]]:
-    """Per node, the GPU type gres.conf gives it; and the keys not modelled."""
-    types: dict[str, str] = {}
+def read_gres(path: Path, nodes: Sequence[str]) -> tuple[dict[str, list[str]], set[str]]:
+    """Per node, the GPU types gres.conf gives it, in order; and the keys not modelled."""
+    types: dict[str, list[str]] = {}
     unmodelled: set[str] = set()
     for line in _lines(path):
         attrs = {k.lower(): (k, v) for k, v in line.pairs}
@@ -533,7 +688,9 @@ def read_gres(path: Path, nodes: Sequence[str]) -> tuple[dict[str, str], set[str
         )
         if "type" in attrs:
             for host in hosts:
-                types.setdefault(host, attrs["type"][1])
+                known = types.setdefault(host, [])
+                if attrs["type"][1] not in known:
+                    known.append(attrs["type"][1])
         unmodelled.update(
             f"gres.conf {k}"
             for key, (k, _) in attrs.items()
@@ -547,11 +704,7 @@ def read_gres(path: Path, nodes: Sequence[str]) -> tuple[dict[str, str], set[str
 
 def _table(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The header and the (line, row) pairs of sacctmgr's ``-P`` (or ``-p``) output."""
-    try:
-        text = read_text(path)
-    except UnreadableText as e:
-        raise SlurmImportError(path, e.line, None, str(e)) from None
-    reader = csv.reader(io.StringIO(text), delimiter="|", quoting=csv.QUOTE_NONE)
+    reader = csv.reader(io.StringIO(_read(path)), delimiter="|", quoting=csv.QUOTE_NONE)
     header = next(reader, None)
     if not header:
         raise SlurmImportError(path, 1, None, "empty: expected sacctmgr -P output with a header")
@@ -592,15 +745,25 @@ _QOS_GPUS = {
 }
 
 
-def read_qos(path: Path) -> tuple[list[dict[str, Any]], set[str]]:
-    """``sacctmgr show qos -P``: one ``[[qos]]`` each; and the columns not modelled."""
+def read_qos(path: Path, cluster_mode: str) -> tuple[list[dict[str, Any]], set[str]]:
+    """``sacctmgr show qos -P``: one ``[[qos]]`` each; and the columns not modelled.
+
+    A QoS whose PreemptMode is ``cluster`` (or empty) takes ``cluster_mode``.
+    """
     out: list[dict[str, Any]] = []
     unmodelled: set[str] = set()
+    rows: dict[str, int] = {}  # name -> line
+    preempts: list[tuple[int, str, str]] = []  # (line, QoS, the QoS it preempts)
     for number, row in _table(path)[1]:
         name = row.get("Name", "")
         if not name:
             raise SlurmImportError(path, number, "Name", "a QoS needs a name")
+        if name in rows:
+            raise SlurmImportError(path, number, "Name", f"{name!r} is also on line {rows[name]}")
+        rows[name] = number
         q: dict[str, Any] = {"name": name}
+        if cluster_mode != "requeue" and row.get("PreemptMode", "cluster") in ("", "cluster"):
+            q["preempt_mode"] = cluster_mode
         for column, value in row.items():
             if not value or column == "Name":
                 continue
@@ -608,6 +771,7 @@ def read_qos(path: Path) -> tuple[list[dict[str, Any]], set[str]]:
                 q["priority"] = _integer(path, number, column, value)
             elif column == "Preempt":
                 q["preempt"] = [v for v in value.split(",") if v]
+                preempts.extend((number, name, v) for v in q["preempt"])
             elif column == "PreemptMode":
                 if value.lower() in ("requeue", "cancel"):
                     q["preempt_mode"] = value.lower()
@@ -628,17 +792,26 @@ def read_qos(path: Path) -> tuple[list[dict[str, Any]], set[str]]:
             elif column not in ("Id", "Description"):
                 unmodelled.add(f"qos {column}")
         out.append(q)
+    for number, name, other in preempts:
+        if other == name:
+            raise SlurmImportError(path, number, "Preempt", f"QoS {name!r} cannot preempt itself")
+        if other not in rows:
+            raise SlurmImportError(path, number, "Preempt", f"unknown QoS {other!r}")
     return out, unmodelled
 
 
-def read_assoc(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str]]:
+def read_assoc(
+    path: Path, cluster: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str]]:
     """``sacctmgr show assoc -P``: ``[[accounts]]`` and ``[[users]]``; and what is left out.
 
     Accounts need the ``ParentName`` column (sacctmgr heads it ``Par Name``);
-    without it every account hangs off the root.
+    without it every account hangs off the root. Rows of several clusters
+    need ``cluster``, the one to read.
     """
     accounts: dict[str, dict[str, Any]] = {}
     users: dict[tuple[str, str], dict[str, Any]] = {}
+    lines: dict[str, int] = {}  # account or user row -> its line
     unmodelled: set[str] = set()
     kept = {
         "Cluster",
@@ -652,7 +825,20 @@ def read_assoc(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], 
         "Priority",
     }
     header, rows = _table(path)
+    clusters = sorted({row.get("Cluster", "") for _, row in rows} - {""})
+    if cluster is not None and cluster not in clusters:
+        known = ", ".join(clusters) or "none"
+        raise SlurmImportError(path, None, "Cluster", f"no rows of {cluster!r} (clusters: {known})")
+    if cluster is None and len(clusters) > 1:
+        raise SlurmImportError(
+            path,
+            None,
+            "Cluster",
+            f"rows of several clusters ({', '.join(clusters)}): choose one with --cluster NAME",
+        )
     for number, row in rows:
+        if cluster is not None and row.get("Cluster") != cluster:
+            continue
         account, user = row.get("Account", ""), row.get("User", "")
         if not account:
             raise SlurmImportError(path, number, "Account", "an association needs an account")
@@ -670,10 +856,11 @@ def read_assoc(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], 
         if row.get("Priority"):
             entry["priority"] = _integer(path, number, "Priority", row["Priority"])
         unmodelled.update(f"assoc {c}" for c, v in row.items() if v and c not in kept)
-        if account == "root":
+        if account == "root" and user in ("", "root"):
             continue  # the implicit top, and root's own user
         if user:
             users.setdefault((account, user), {"name": user, "account": account, **entry})
+            lines.setdefault(f"{account}/{user}", number)
         else:
             if shares == "parent":
                 raise SlurmImportError(
@@ -684,9 +871,36 @@ def read_assoc(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], 
                 )
             parent = row.get("Par Name", row.get("ParentName", "root")) or "root"
             accounts.setdefault(account, {"name": account, "parent": parent, **entry})
+            lines.setdefault(account, number)
+    _check_tree(path, accounts, users, lines)
     if "Par Name" not in header and "ParentName" not in header and accounts:
         unmodelled.add("account parents (no Par Name column: every account under root)")
     return list(accounts.values()), list(users.values()), unmodelled
+
+
+def _check_tree(
+    path: Path,
+    accounts: Mapping[str, dict[str, Any]],
+    users: Mapping[tuple[str, str], dict[str, Any]],
+    lines: Mapping[str, int],
+) -> None:
+    """Every parent and every user's account is an account row, and no parent loops."""
+    for (account, user), _ in users.items():
+        if account != "root" and account not in accounts:
+            raise SlurmImportError(
+                path, lines[f"{account}/{user}"], "Account", f"no row defines account {account!r}"
+            )
+    for name in accounts:
+        chain = [name]
+        while (parent := accounts[chain[-1]]["parent"]) != "root":
+            if parent not in accounts:
+                raise SlurmImportError(
+                    path, lines[chain[-1]], "Par Name", f"unknown account {parent!r}"
+                )
+            if parent in chain:
+                loop = " -> ".join([*chain[chain.index(parent) :], parent])
+                raise SlurmImportError(path, lines[chain[-1]], "Par Name", f"cycle {loop}")
+            chain.append(parent)
 
 
 # -- the whole import -------------------------------------------------------------------
@@ -699,17 +913,21 @@ def import_slurm(
     qos: Path | None = None,
     assoc: Path | None = None,
     gpu_models: Mapping[str, str] | None = None,
+    cluster: str | None = None,
 ) -> Imported:
-    """Translate a site's files; see the module docstring."""
+    """Translate a site's files; see the module docstring. ``cluster``: the
+    sacctmgr cluster to read, when ``assoc`` holds several."""
     t = _Translator(conf, gpu_models or {})
     t.read_conf()
     unmodelled: set[str] = set()
-    gres_types: dict[str, str] = {}
+    gres_types: dict[str, list[str]] = {}
     if gres is not None:
-        hosts = [h for n, a in t.node_lines for h in _hosts(conf, n, "NodeName", _node_name(a))]
+        hosts = [
+            h for e in t.entities["nodename"] for h in _hosts(e.path, e.line, "NodeName", e.name)
+        ]
         gres_types, more = read_gres(gres, hosts)
         unmodelled |= more
-    groups, names = t.nodes(gres_types)
+    groups, features = t.nodes(gres_types)
     if not groups:
         raise SlurmImportError(conf, None, "NodeName", "no node is defined")
     nodes_rule = t.node_choice()
@@ -718,17 +936,19 @@ def import_slurm(
     backfill = t.backfill(nodes_rule)
     if backfill is not None:
         policy["backfill"] = backfill
-    policy["preemption"] = {"enabled": t.preemption()}
-    partitions = t.partitions(names)
+    policy["preemption"] = t.preemption()
+    partitions = t.partitions(features)
     if partitions:
         policy["partitions"] = partitions
     if qos is not None:
-        table, more = read_qos(qos)
+        table, more = read_qos(qos, t.preempt_mode)
         unmodelled |= more
         if table:
             policy["qos"] = table
+    elif t.preempt_mode != "requeue":
+        unmodelled.add(f"PreemptMode={t.preempt_mode.upper()} (no --qos: the built-in QoS requeue)")
     if assoc is not None:
-        accounts, users, more = read_assoc(assoc)
+        accounts, users, more = read_assoc(assoc, cluster)
         unmodelled |= more
         if accounts:
             policy["accounts"] = accounts
@@ -746,9 +966,5 @@ def import_slurm(
             fs["gpu_billing_weights"] = weights
     policy["sim"] = t.sim()
     unmodelled |= t.unmodelled
-    unmodelled.update(key for _, key, _ in t.settings.values())
+    unmodelled.update(s.key for s in t.settings.values())
     return Imported({"nodes": groups}, policy, sorted(unmodelled, key=str.lower))
-
-
-def _node_name(attrs: Mapping[str, str]) -> str:
-    return next(v for k, v in attrs.items() if k.lower() == "nodename")

@@ -9,6 +9,9 @@ named in one ``warning:`` line on stderr. Bad input ends with one line
 
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -48,6 +51,10 @@ def slurm(
         Path | None,
         typer.Option("--assoc", help="Output of sacctmgr show assoc -P (with ParentName)."),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option("--cluster", help="The cluster whose --assoc rows to read, if several."),
+    ] = None,
     gpu_model: Annotated[
         list[str] | None,
         typer.Option(
@@ -57,20 +64,54 @@ def slurm(
     ] = None,
 ) -> None:
     """Translate a Slurm configuration into DIR/cluster.toml and DIR/policy.toml."""
+    if cluster is not None and assoc is None:
+        fail("--cluster", "chooses among --assoc's clusters: give --assoc too")
     try:
         imported = import_slurm(
-            slurm_conf, gres=gres, qos=qos, assoc=assoc, gpu_models=_models(gpu_model or [])
+            slurm_conf,
+            gres=gres,
+            qos=qos,
+            assoc=assoc,
+            gpu_models=_models(gpu_model or []),
+            cluster=cluster,
         )
         # What is written must load: check both documents before writing either.
         nodes_from_groups(imported.cluster["nodes"], "cluster.toml")
         profile_from_dict(imported.policy, "policy")
         check_out_dir(out)
+        _write_both(
+            {
+                out / "cluster.toml": tomli_w.dumps(imported.cluster),
+                out / "policy.toml": tomli_w.dumps(imported.policy),
+            }
+        )
     except (SlurmImportError, ClusterFileError, ProfileError) as e:
         fail("", str(e))
     except OSError as e:
         fail("--out", f"{e.filename}: {e.strerror}")
-    (out / "cluster.toml").write_text(tomli_w.dumps(imported.cluster))
-    (out / "policy.toml").write_text(tomli_w.dumps(imported.policy))
     if imported.unmodelled:
         typer.echo("warning: not modelled, left out: " + ", ".join(imported.unmodelled), err=True)
     typer.echo(f"wrote {out / 'cluster.toml'} and {out / 'policy.toml'}", err=True)
+
+
+def _write_both(files: dict[Path, str]) -> None:
+    """Write every file or none: each to a temporary file beside it, renamed over
+    the target only once all are written and no target is a directory."""
+    temps: list[Path] = []
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        for path, text in files.items():
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            temps.append(Path(name))
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(name, 0o666 & ~umask)  # mkstemp's 0600: give what open() would
+        for path in files:
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        for temp, path in zip(temps, files, strict=True):
+            temp.replace(path)
+    finally:
+        for temp in temps:
+            temp.unlink(missing_ok=True)

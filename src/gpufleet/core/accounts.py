@@ -125,7 +125,7 @@ class AccountTree:
             key = f"users.{user.name}"
             if not user.name:
                 raise InvalidSpec(key, "a user needs a name")
-            if user.account not in by_name:
+            if user.account != ROOT and user.account not in by_name:  # root: a top-level user
                 raise InvalidSpec(f"{key}.account", f"unknown account {user.account!r}")
             members = self._users.setdefault(user.account, {})
             if user.name in members:

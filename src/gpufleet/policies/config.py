@@ -22,6 +22,7 @@ text, so it stays pure)::
     [preemption]
     enabled = true
     plugin = "tier"                   # tier (QoS, partition tier) | las (attained service)
+    by = ["qos", "partition_tier"]    # tier: what may preempt (preempt/qos: ["qos"])
     quantum_s = 60                    # las: least run before a job may be preempted
 
     [[qos]]
@@ -87,7 +88,7 @@ from gpufleet.policies.backfill import Backfill, BackfillArgs
 from gpufleet.policies.limits import PartitionLimits, QosLimits
 from gpufleet.policies.migplan import MigArgs, MigPlanner
 from gpufleet.policies.predict import PredictArgs
-from gpufleet.policies.preemption import AttainedServiceVictims, CheapestVictims
+from gpufleet.policies.preemption import AttainedServiceVictims, CheapestVictims, PreemptBy
 from gpufleet.policies.priority import (
     LasArgs,
     LeastAttainedService,
@@ -134,6 +135,11 @@ class PreemptionConfig(_Strict):
     enabled: bool = False
     plugin: Literal["tier", "las"] = Field(
         "tier", description="tier: by QoS and partition tier; las: by attained service"
+    )
+    by: tuple[PreemptBy, ...] = Field(
+        ("qos", "partition_tier"),
+        min_length=1,
+        description="tier: what may preempt: QoS preempt lists, partition tiers, or both",
     )
     quantum_s: int = Field(60, gt=0, description="las: a victim's least run before preemption")
 
@@ -290,7 +296,29 @@ class Policy:
             return None
         if c.preemption.plugin == "las":
             return AttainedServiceVictims(c.ordering.las, c.preemption.quantum_s)
-        return CheapestVictims()
+        return CheapestVictims(frozenset(c.preemption.by))
+
+
+def cap_problems(policy: PolicyConfig, pools: Iterable[str], at: str = "") -> list[str]:
+    """A ``key: message`` line for each pool ``[autoscale.max_nodes]`` caps, in the file
+    or in a window's policy, that is not one of ``pools`` (the pool names). ``at`` is the
+    key the policy sits under (``policy`` in a controller configuration)."""
+    prefix = f"{at}." if at else ""
+    caps: list[tuple[str, object]] = []
+    if policy.autoscale is not None:
+        caps.append((f"{prefix}autoscale", policy.autoscale.max_nodes))
+    for w in policy.windows:
+        table = w.policy.get("autoscale")
+        if isinstance(table, dict):
+            caps.append((f"{prefix}windows.{w.name}.policy.autoscale", table.get("max_nodes")))
+    names = set(pools)
+    return [
+        f"{key}.max_nodes.{name}: unknown pool {name!r}"
+        for key, capped in caps
+        if isinstance(capped, dict)
+        for name in capped
+        if name not in names
+    ]
 
 
 def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 A running job may be preempted for a pending one if the pending job's QoS
 lists the victim's QoS in ``preempt``, or if the pending job's partition has
 a higher ``priority_tier`` than the victim's and the victim's partition is
-``preemptible`` (Slurm's preempt/qos and preempt/partition_prio). A victim
+``preemptible``; ``by`` says which of the two count (Slurm's preempt/qos:
+``{"qos"}``, preempt/partition_prio: ``{"partition_tier"}``). A victim
 that has run less than its QoS's ``preempt_exempt_s`` is spared
 (PreemptExemptTime).
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -38,11 +39,19 @@ from gpufleet.core.protocols import PreemptionRequest
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.policies.priority import LasArgs, waited
 
+PreemptBy = Literal["qos", "partition_tier"]
+EITHER: frozenset[PreemptBy] = frozenset(("qos", "partition_tier"))
 
-def may_preempt(snapshot: Snapshot, job: Job, victim: Job) -> bool:
-    """Does the QoS or the partition tier of ``job`` allow preempting ``victim``?"""
-    if victim.qos in snapshot.qos[job.qos].preempt:
+
+def may_preempt(
+    snapshot: Snapshot, job: Job, victim: Job, by: frozenset[PreemptBy] = EITHER
+) -> bool:
+    """Does the QoS or the partition tier of ``job``, those ``by`` names, allow
+    preempting ``victim``?"""
+    if "qos" in by and victim.qos in snapshot.qos[job.qos].preempt:
         return True
+    if "partition_tier" not in by:
+        return False
     mine, theirs = snapshot.partitions[job.partition], snapshot.partitions.get(victim.partition)
     return theirs is not None and theirs.preemptible and mine.priority_tier > theirs.priority_tier
 
@@ -58,10 +67,14 @@ class CheapestVictims:
     NAME: ClassVar[str] = "preemption"
     clocked: ClassVar[bool] = True  # work at risk and exempt time grow with the clock
 
+    def __init__(self, by: frozenset[PreemptBy] = EITHER) -> None:
+        self.by = by
+
     def allowed(self, req: PreemptionRequest, victim: RunningJob) -> bool:
-        """May ``victim`` be stopped for ``req.job``? By QoS or partition tier, past exempt time."""
+        """May ``victim`` be stopped for ``req.job``? By QoS or partition tier (those
+        ``by`` names), past exempt time."""
         s = req.snapshot
-        return may_preempt(s, req.job, victim.job) and not exempt(s, victim.job, req.now)
+        return may_preempt(s, req.job, victim.job, self.by) and not exempt(s, victim.job, req.now)
 
     def victims(self, req: PreemptionRequest) -> Sequence[RunningJob]:
         job, now = req.job, req.now
