@@ -67,3 +67,21 @@ def test_configuration_is_admin_only_versioned_and_audited(cluster: Cluster) -> 
         assert any("interval_s" in f for f in fields(bad))
         actions = [e["action"] for e in c.get("/v1/audit").json()["entries"]]
     assert actions  # the token creations and the patch at least
+
+
+def test_a_patch_of_a_string_for_a_bool_or_a_number_is_refused(cluster: Cluster) -> None:
+    with cluster.client("admin") as c:
+        before = c.get("/v1/config").json()
+        for table, value in (
+            ({"mig": {"repartition": "yes"}}, "policy.mig.repartition"),
+            ({"mig": {"min_interval_s": "60"}}, "policy.mig.min_interval_s"),
+            ({"predict": {"ordering": "off"}}, "policy.predict.ordering"),
+            ({"predict": {"quantile": "0.9"}}, "policy.predict.quantile"),
+            ({"autoscale": {"idle_s": "600"}}, "policy.autoscale.idle_s"),
+        ):
+            bad = c.patch("/v1/config", json={"patch": {"policy": table}})
+            problem(bad, 422)
+            assert any(value in f for f in fields(bad)), bad.text
+        assert c.get("/v1/config").json() == before  # nothing stored
+        ok = c.patch("/v1/config", json={"patch": {"policy": {"predict": {"quantile": 0.9}}}})
+        assert ok.status_code == 200, ok.text

@@ -11,7 +11,7 @@ from controller.harness import ADMIN, Cluster, spec
 from controller.test_scaling import POOL, RECORD, calls
 from gpufleet.adapters.inventory import group_table
 from gpufleet.api.agent_schemas import AgentRegister
-from gpufleet.controller.scaling import ProviderConfig
+from gpufleet.controller.scaling import LocalProvider, ProviderConfig
 from gpufleet.core.job import Partition
 from gpufleet.engine.fleet import boot_timeout
 from gpufleet.policies.autoscale import AutoscaleArgs
@@ -84,5 +84,38 @@ def test_a_node_whose_agent_registered_is_up_after_a_restart(db: Database, tmp_p
         c.ctl.run_cycle_now()  # up and given the job: nothing given up, nothing asked
         assert asked(c) == [FIRST]
         assert c.ctl.fleet.counts() == {"burst": (0, 1)}
+    finally:
+        c.ctl.stop()
+
+
+def test_a_restart_starts_the_agents_of_local_pool_nodes_again(
+    db: Database, tmp_path: Path
+) -> None:
+    # Nothing listens at the server: the agents only retry, and stop when told.
+    provider = ProviderConfig(
+        kind="local", server="http://127.0.0.1:18931", state_dir=str(tmp_path / "pool")
+    )
+    c = Cluster(
+        db,
+        pools=[POOL],
+        provider=provider,
+        autoscale=AutoscaleArgs(pending_s=0),
+        partitions={"burst": Partition("burst", pools=("burst",))},
+    )
+    try:
+        c.ctl.submit(principal=ADMIN, spec=spec())
+        c.ctl.run_cycle_now()
+        assert isinstance(c.ctl.provider, LocalProvider)
+        first = c.ctl.provider.agents[FIRST]
+        body = AgentRegister(inventory=group_table(POOL.node(FIRST)))
+        c.ctl.register_agent(principal=ADMIN, node=FIRST, body=body)
+        c.restart()
+        assert first.poll() is not None  # the controller stopped it (its runs go on)
+        # adopted as up, and its agent started again on the same files, to re-attach
+        assert c.ctl.fleet is not None and c.ctl.fleet.counts() == {"burst": (0, 1)}
+        assert isinstance(c.ctl.provider, LocalProvider)
+        again = c.ctl.provider.agents[FIRST]
+        assert again.poll() is None and again.pid != first.pid
+        assert again.args == first.args  # the same node, inventory and state directory
     finally:
         c.ctl.stop()

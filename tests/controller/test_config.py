@@ -118,6 +118,15 @@ BAD = [
         "[policy.ordering.multifactor]\nweight_age = -1\n",
         "policy.ordering.multifactor.weight_age: must be greater than or equal to 0",
     ),
+    ("[policy.mig]\nrepartition = 'yes'\n", "policy.mig.repartition: must be true or false"),
+    ("[policy.mig]\nmin_interval_s = '60'\n", "policy.mig.min_interval_s: must be a whole"),
+    ("[policy.predict]\nordering = 'off'\n", "policy.predict.ordering: must be true or false"),
+    ("[policy.predict]\nquantile = '0.9'\n", "policy.predict.quantile: must be a number"),
+    ("[policy.autoscale]\nidle_s = '600'\n", "policy.autoscale.idle_s: must be a whole"),
+    (
+        "[policy.predict]\nhistory = 3\nmin_history = 4\n",
+        "policy.predict.min_history: 4 is more than history (3)",
+    ),
     ("[[policy.qos]]\nname = 'hi'\nx = 1\n", "policy.qos.hi.x: unknown key (known: name,"),
     ("[[policy.qos]]\npriority = 1\n", "policy.qos.1.name: required"),  # no name: position
     ("[[policy.qos]]\nname = 'a'\npreempt = ['a']\n", "policy.qos.a.preempt: a QoS cannot"),

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.core.model import GPU, Node, Request
 from gpufleet.core.pools import NodePool
 from gpufleet.sim.autoscale import fixed
-from gpufleet.sim.profile import profile_from_dict, replay
+from gpufleet.sim.profile import ProfileError, profile_from_dict, replay
 from gpufleet.sim.traces.record import TraceJob
 from gpufleet.sim.traces.synthetic import WorkloadShape, generate
 
@@ -165,3 +165,28 @@ def test_a_window_caps_a_pool_by_the_hour() -> None:
     # at night the pool's own max, 2: both boot at once
     assert starts == {"a": 9 * h + 130, "b": 9 * h + 1130, "c": 21 * h + 130, "d": 21 * h + 130}
     assert r.fleet is not None and r.fleet.created == 3
+
+
+def test_a_cap_on_an_unknown_pool_is_refused_as_live(tmp_path: Path) -> None:
+    window = (
+        '[sim]\ntime_origin = "epoch"\n[[windows]]\nname = "night"\nstart = "20:00"\n'
+        "[windows.policy.autoscale.max_nodes]\nghost = 1\n"
+    )
+    for table, key in (
+        ("[autoscale.max_nodes]\nghost = 2\n", "autoscale.max_nodes.ghost"),
+        (window, "windows.night.policy.autoscale.max_nodes.ghost"),
+    ):
+        profile = tmp_path / "ghost.toml"
+        profile.write_text(f'extends = "{ROOT / "examples" / "autoscale.toml"}"\n{table}')
+        cluster = ROOT / "examples" / "elastic-cluster.toml"
+        done = gpufleet(
+            "sim", "run", "--cluster", str(cluster), "--profile", str(profile),
+            "--trace", "synthetic:n_jobs=5,seed=1,gpus_total=8",
+        )  # fmt: skip
+        assert done.returncode == 2
+        expected = f"error: {profile}: {key}: unknown pool 'ghost' (the cluster's pools: gpu)\n"
+        assert done.stderr == expected
+    # any replay with pools checks them, whoever calls it
+    ghost = profile_from_dict({"autoscale": {"max_nodes": {"ghost": 1}}}, "as")
+    with pytest.raises(ProfileError, match=r"^as: autoscale\.max_nodes\.ghost: unknown pool"):
+        replay([], [], ghost, pools=[POOL])

@@ -12,9 +12,9 @@ from matplotlib.figure import Figure
 
 from gpufleet.cli.main import main
 from gpufleet.sim.cluster import load_cluster_arg
-from gpufleet.sim.htmlreport import PLOTS
+from gpufleet.sim.htmlreport import PLOTS, window_marks
 from gpufleet.sim.labels import SUMMARY_ROWS
-from gpufleet.sim.profile import default_profile, replay
+from gpufleet.sim.profile import default_profile, load_profile, replay
 from gpufleet.sim.traces import load_trace
 
 NODES = Path(__file__).parent / "fixtures" / "nodes8x8.csv"
@@ -92,3 +92,26 @@ def test_legends_sit_outside_every_plot() -> None:
         (legend,) = fig.legends
         box, plot_area = legend.get_window_extent(), ax.get_window_extent()
         assert box.x0 >= plot_area.x1, name  # to the right of the axes, covering nothing
+
+
+def test_every_profiles_window_changes_are_marked(tmp_path: Path) -> None:
+    examples = Path(__file__).parents[2] / "examples"
+    windowed = tmp_path / "windowed.toml"
+    # day-night's day window opens 30 minutes into the trace
+    base = examples / "day-night.toml"
+    windowed.write_text(f'extends = "{base}"\n[sim]\ntime_origin = "2026-03-02T07:30:00Z"\n')
+    nodes = load_cluster_arg(str(NODES))
+    jobs = load_trace(TRACE)
+    plain = replay(nodes, jobs, default_profile())
+    day = replay(nodes, jobs, load_profile(windowed))
+    alone = window_marks([day])
+    assert [label for _, label in alone][:2] == ["base", "day"]
+    assert 0 < alone[1][0] < 0.5
+    # the first profile has no windows: the second's are still marked, named by profile
+    marks = window_marks([plain, day])
+    assert marks == [(x, f"windowed: {label}") for x, label in alone]
+    assert window_marks([day, day]) == alone  # the same changes: marked once, as they are
+    fig = Figure()
+    ax = fig.subplots()
+    PLOTS["utilisation"](ax, [plain, day])
+    assert [t.get_text() for t in ax.texts] == [label for _, label in marks]

@@ -48,6 +48,9 @@ PROFILE_CASES = [
     ({"sim": 5}, "sim: must be a table"),
     ({"qos": {"name": "x"}}, "qos: must be a list"),
     ({"backfill": {"mode": "easy", "bogus": 2}}, "backfill.bogus: unknown key (known: "),
+    ({"mig": {"repartition": "yes"}}, "mig.repartition: must be true or false"),
+    ({"predict": {"quantile": "0.9"}}, "predict.quantile: must be a number"),
+    ({"predict": {"history": 2, "min_history": 3}}, "predict.min_history: 3 is more than"),
 ]
 
 

@@ -43,6 +43,27 @@ def test_predict_uses_the_profiles_predict_table(
     assert under["high"] < under["low"]
 
 
+def test_predict_replays_the_cluster_files_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    # elastic-cluster.toml has no fixed node: every job runs on a node of its pool
+    cluster = Path(__file__).parents[2] / "examples" / "elastic-cluster.toml"
+    trace = "synthetic:n_jobs=30,seed=1,gpus_total=64,load=0.5,max_duration_s=3600"
+    args = ["sim", "predict", "--cluster", str(cluster), "--trace", trace, "--json"]
+    assert main(args) == 0
+    overall = last_json(capsys.readouterr().out)["overall"]
+    assert isinstance(overall, dict) and overall["jobs"] == 30
+
+
+def test_a_replay_where_nothing_started_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = '[[nodes]]\nnames = "n1"\ncpu_milli = 1000\nmemory_mib = 1024\n'
+    tiny = policy(tmp_path, "tiny", node)  # no GPU: no job of the trace fits
+    assert main(["sim", "predict", "--cluster", str(tiny), "--trace", TRACE]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: none of the 80 jobs started") and len(err.splitlines()) == 1
+    assert "[predict]" not in err  # the profile is not to blame
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

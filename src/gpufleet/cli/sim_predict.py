@@ -18,10 +18,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.sim_run import ClusterOpt, JsonOpt, SingleValueCommand, TraceOpt
+from gpufleet.cli.sim_run import ClusterOpt, JsonOpt, SingleValueCommand, TraceOpt, load_inputs
 from gpufleet.core.model import InvalidSpec
 from gpufleet.policies.config import overlay
-from gpufleet.sim.cluster import load_cluster_arg
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.prediction import prediction_error
 from gpufleet.sim.profile import (
@@ -31,7 +30,6 @@ from gpufleet.sim.profile import (
     profile_from_dict,
     replay,
 )
-from gpufleet.sim.traces import load_trace
 
 
 def _fail(message: str) -> NoReturn:
@@ -72,11 +70,8 @@ def register(app: typer.Typer) -> None:
             p = load_profile(profile) if profile else default_profile()
             if p.policy.config.predict is None:  # the predictor's defaults
                 p = profile_from_dict(overlay(p.data, {"predict": {}}), p.name)
-            nodes = load_cluster_arg(cluster)
-            jobs = load_trace(trace)
-            if not jobs:
-                raise TraceError(trace, None, None, "holds no jobs")
-            errors = prediction_error(replay(nodes, jobs, p), buckets)
+            nodes, pools, jobs = load_inputs(cluster, trace)
+            errors = prediction_error(replay(nodes, jobs, p, pools=pools), buckets)
         except (TraceError, ProfileError, InvalidSpec, ValueError) as e:
             _fail(str(e))
         except OSError as e:

@@ -27,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 from typer.core import TyperCommand, TyperOption
 
-from gpufleet.core.model import InvalidSpec
+from gpufleet.core.model import InvalidSpec, Node
+from gpufleet.core.pools import NodePool
 from gpufleet.sim.cluster import load_elastic_arg
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
@@ -44,6 +45,7 @@ from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import (
     ProfileError,
     SimProfile,
+    check_pools,
     default_profile,
     load_profile,
     ordering_warning,
@@ -141,14 +143,24 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
+def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[NodePool], list[TraceJob]]:
+    """What ``--cluster`` and ``--trace`` give a replay: the nodes, the cluster file's
+    pools and the trace's jobs. Raises the loaders' one-line errors; a trace without
+    jobs is one."""
+    nodes, pools = load_elastic_arg(cluster)
+    jobs = load_trace(trace)
+    if not jobs:
+        raise TraceError(trace, None, None, "holds no jobs")
+    return nodes, pools, jobs
+
+
 def _replay_all(
     cluster: str, trace: str, profiles: Sequence[SimProfile]
 ) -> tuple[list[SimResult], list[dict[str, Any]], list[str]]:
     """The replays, their summaries, and a warning per profile whose ordering misleads."""
-    nodes, pools = load_elastic_arg(cluster)
-    jobs: list[TraceJob] = load_trace(trace)
-    if not jobs:
-        raise TraceError(trace, None, None, "holds no jobs")
+    nodes, pools, jobs = load_inputs(cluster, trace)
+    for p in profiles:
+        check_pools(p, pools)  # before any replay: a later profile's error would wait
     warnings = [w for p in profiles if (w := ordering_warning(p, jobs))]
     results, summaries = [], []
     for p in profiles:

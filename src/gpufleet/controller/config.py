@@ -68,7 +68,7 @@ from gpufleet.core.job import Partition, QoS, Reservation
 from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.core.pools import NodePool
 from gpufleet.policies.autoscale import autoscaler
-from gpufleet.policies.config import Policy, PolicyConfig, UserConfig
+from gpufleet.policies.config import Policy, PolicyConfig, UserConfig, cap_problems
 from gpufleet.policies.validation import entry_label
 from gpufleet.policies.validation import problems as describe
 
@@ -228,7 +228,7 @@ class ControllerConfig(_Strict):
                 problems.append(f"{key}: {e.reason}")
         if policy is not None:
             problems += _window_problems(policy)
-            problems += _cap_problems(policy.config, pools)
+            problems += cap_problems(policy.config, (p.name for p in pools), at="policy")
         if problems or policy is None:
             raise ConfigError(source, problems)
         partitions = [p.name for p in self.policy.partitions]
@@ -358,25 +358,6 @@ def _window_problems(policy: Policy) -> list[str]:
         except InvalidSpec as e:
             problems.append(f"{key}.policy.{e.field}: {e.reason}")
     return problems
-
-
-def _cap_problems(policy: PolicyConfig, pools: Sequence[NodePool]) -> list[str]:
-    """The pools capped by ``[autoscale.max_nodes]``, the file's and each window's, exist."""
-    caps: list[tuple[str, object]] = []
-    if policy.autoscale is not None:
-        caps.append(("policy.autoscale", policy.autoscale.max_nodes))
-    for w in policy.windows:
-        table = w.policy.get("autoscale")
-        if isinstance(table, dict):
-            caps.append((f"policy.windows.{w.name}.policy.autoscale", table.get("max_nodes")))
-    names = {p.name for p in pools}
-    return [
-        f"{key}.max_nodes.{name}: unknown pool {name!r}"
-        for key, capped in caps
-        if isinstance(capped, dict)
-        for name in capped
-        if name not in names
-    ]
 
 
 def _policy_problems(policy: PolicyConfig) -> list[str]:

@@ -21,7 +21,9 @@ a node whose agent never registers is given up after its boot timeout
 and demos: each node gets ``STATE_DIR/NAME/node.toml`` (its declared
 inventory, so a GPU-less machine can pretend), its runs' state under
 ``STATE_DIR/NAME/agent`` and its log in ``STATE_DIR/NAME/agent.log``.
-Deleting a node stops its agent (SIGTERM); ``close`` stops them all.
+Deleting a node stops its agent (SIGTERM); ``close`` stops them all (their
+runs go on), and a restarted controller's provider starts them again for
+the nodes it adopts (``adopt``).
 """
 
 from __future__ import annotations
@@ -83,11 +85,14 @@ class ProviderConfig(BaseModel):
 
 
 class LiveProvider(Protocol):
-    """A provider the controller can also close (when it stops)."""
+    """A provider the controller can also close (when it stops) and hand the nodes a
+    restarted controller holds (``adopt``: up or still booting)."""
 
     def create(self, pool: NodePool, node: Node, now: int) -> None: ...
 
     def delete(self, pool: NodePool, name: str, now: int) -> None: ...
+
+    def adopt(self, pool: NodePool, name: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -141,6 +146,9 @@ class CommandProvider:
 
     def delete(self, pool: NodePool, name: str, now: int) -> None:
         self._run(self.delete_argv, {"action": "delete", "node": name, "pool": pool.name}, {})
+
+    def adopt(self, pool: NodePool, name: str) -> None:
+        """Nothing: the site's node runs its own agent, which outlives the controller."""
 
     def close(self) -> None:
         """Programs under way finish on their own."""
@@ -197,21 +205,34 @@ class LocalProvider:
     def create(self, pool: NodePool, node: Node, now: int) -> None:
         home = self.root / node.name
         home.mkdir(parents=True, exist_ok=True)
-        inventory = home / "node.toml"
-        inventory.write_text(tomli_w.dumps({"nodes": [group_table(node)]}))
+        (home / "node.toml").write_text(tomli_w.dumps({"nodes": [group_table(node)]}))
+        self._start(pool, node.name)
+
+    def adopt(self, pool: NodePool, name: str) -> None:
+        """Start the agent of a node made before the controller restarted again, on its
+        files: ``close`` stopped it, and the new one re-attaches to the runs still going.
+        Nothing for a node this provider has no files of. An agent that outlived the
+        controller (killed, not stopped) keeps its state directory: the new one exits."""
+        with self.lock:
+            running = name in self.agents
+        if not running and (self.root / name / "node.toml").is_file():
+            self._start(pool, name)
+
+    def _start(self, pool: NodePool, name: str) -> None:
+        home = self.root / name
         argv = [
             sys.executable, "-m", "gpufleet.cli.main", "agent",
-            "--server", self.server, "--inventory", str(inventory), "--node", node.name,
+            "--server", self.server, "--inventory", str(home / "node.toml"), "--node", name,
             "--state-dir", str(home / "agent"), "--same-user",
         ]  # fmt: skip
-        env = {**os.environ, "GPUFLEET_AGENT_TOKEN": self.token_for(node.name)}
+        env = {**os.environ, "GPUFLEET_AGENT_TOKEN": self.token_for(name)}
         with (home / "agent.log").open("ab") as out:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env
             )
         with self.lock:
-            self.agents[node.name] = proc
-        log.info("node %s (pool %s): agent started, pid %d", node.name, pool.name, proc.pid)
+            self.agents[name] = proc
+        log.info("node %s (pool %s): agent started, pid %d", name, pool.name, proc.pid)
 
     def delete(self, pool: NodePool, name: str, now: int) -> None:
         with self.lock:

@@ -1702,6 +1702,8 @@ class Controller:
         for name in stale:
             if name not in self.fleet.members:  # not up either: nothing here will delete it
                 log.error("autoscale: node %s was booting but its pool is gone: delete it", name)
+        for name, member in self.fleet.members.items():
+            self.provider.adopt(self.fleet.pools[member.pool], name)
 
         def forget(conn: sa.Connection) -> None:
             for name in stale:

@@ -66,7 +66,8 @@ hold it, as with an empty pool); limits, holds and dependencies are not."""
 class AutoscaleArgs(BaseModel):
     """The ``[autoscale]`` table (module docstring)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: "yes" or "60" in a file or a patch is a mistake, not a bool or a number
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     policy: Literal["demand"] = "demand"
     pending_s: int = Field(120, ge=0, description="a job must wait this long to count as demand")

@@ -67,7 +67,8 @@ WAITING = frozenset((RESOURCES, PRIORITY, NODE_NOT_AVAIL))
 class MigArgs(BaseModel):
     """The ``[mig]`` table: whether idle MIG GPUs are re-cut, and how often at most."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: "yes" or "60" in a file or a patch is a mistake, not a bool or a number
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     repartition: bool = Field(False, description="re-cut idle MIG-capable GPUs for what waits")
     min_interval_s: int = Field(

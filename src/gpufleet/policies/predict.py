@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpufleet.core.job import Job
 
@@ -65,7 +65,8 @@ from gpufleet.core.job import Job
 class PredictArgs(BaseModel):
     """The ``[predict]`` table: where estimates are used, and how they are made."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: "yes" or "0.9" in a file or a patch is a mistake, not a bool or a number
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     ordering: bool = Field(
         True, description="sjf ranks jobs by their estimates (else by their limits)"
@@ -84,6 +85,18 @@ class PredictArgs(BaseModel):
         "completed runs, and a run is estimated at its expected runtime given how often "
         "runs failed after its script's recent failures",
     )
+
+    @field_validator("min_history")
+    @classmethod
+    def _within_history(cls, value: int, info: ValidationInfo) -> int:
+        # A group keeps its last `history` runs: it could never reach more.
+        history = info.data.get("history")
+        if history is not None and value > history:
+            raise ValueError(
+                f"{value} is more than history ({history}), the runs a group keeps: "
+                "no estimate would ever be made"
+            )
+        return value
 
 
 @dataclass(frozen=True, slots=True)

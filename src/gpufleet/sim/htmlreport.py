@@ -5,7 +5,8 @@ PNGs into ``out``; the HTML embeds the same PNGs as base64, so it opens
 anywhere without a network or the files beside it:
 
 * ``utilisation.png``: GPU allocation and queue length over time, with a
-  dashed line where the open policy windows changed (named above it);
+  dashed line where a profile's open policy windows changed (named above it,
+  after the profile when the profiles' windows differ);
 * ``jct_cdf.png``: the CDF of job completion time, one line per profile;
 * ``wait_by_size.png``: mean queueing delay by job size (GPUs);
 * ``fairshare.png``: each account's share of GPU time against its entitlement;
@@ -55,6 +56,23 @@ def _legend(ax: Any) -> None:
         ax.figure.legend(handles, wrapped, loc="outside right upper", fontsize="small")
 
 
+def window_marks(results: Sequence[SimResult]) -> list[tuple[float, str]]:
+    """Where the utilisation plot marks a change of the open policy windows: hours from
+    the start, and the windows then open (``base`` for none).
+
+    Every profile's changes are marked, so a profile without windows compared first hides
+    nothing; when the profiles' changes differ, each label starts with its profile.
+    """
+    marks = [
+        [((at - r.start) / 3600, "+".join(names) or "base") for at, names in r.windows]
+        for r in results
+    ]
+    if all(m == marks[0] for m in marks):
+        return marks[0] if marks else []
+    named = zip(results, marks, strict=True)
+    return [(x, f"{r.profile}: {label}") for r, m in named for x, label in m]
+
+
 def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
     twin = ax.twinx()
     for r in results:
@@ -62,12 +80,9 @@ def _utilisation(ax: Any, results: Sequence[SimResult]) -> None:
         cap = r.capacity_milli or 1
         ax.step(t, [s.alloc_milli / cap * 100 for s in r.samples], where="post", label=r.profile)
         twin.step(t, [s.pending for s in r.samples], where="post", linestyle=":", alpha=0.6)
-    for r in results[:1]:  # the windows are the trace's clock: the same for every profile
-        for at, open_windows in r.windows:
-            x = (at - r.start) / 3600
-            ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
-            label = "+".join(open_windows) or "base"
-            ax.annotate(label, (x, 1), xycoords=("data", "axes fraction"), fontsize="x-small")
+    for x, label in window_marks(results):
+        ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(label, (x, 1), xycoords=("data", "axes fraction"), fontsize="x-small")
     ax.set(xlabel="hours", ylabel="GPU allocated, %", title="Utilisation (solid), queue (dotted)")
     twin.set_ylabel("jobs waiting")
     _legend(ax)

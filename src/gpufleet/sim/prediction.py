@@ -16,7 +16,8 @@ from gpufleet.sim.driver import SimResult
 def prediction_error(result: SimResult, buckets: int = 10) -> dict[str, Any]:
     """The estimates' error overall and per bucket of submit time.
 
-    ``ValueError`` when no job that started carried an estimate (no ``[predict]``).
+    ``ValueError`` when no job that started carried an estimate: none started, or the
+    profile has no ``[predict]``.
     """
     outcomes = [
         figures.Outcome(
@@ -29,5 +30,12 @@ def prediction_error(result: SimResult, buckets: int = 10) -> dict[str, Any]:
         if r.predicted_s >= 0
     ]
     if not outcomes:
-        raise ValueError("no job carried a runtime estimate: the profile needs a [predict] table")
+        if any(r.first_start >= 0 for r in result.jobs):
+            raise ValueError(
+                "no job carried a runtime estimate: the profile needs a [predict] table"
+            )
+        raise ValueError(
+            f"none of the {len(result.jobs)} jobs started on the cluster, so no runtime "
+            "estimate was made (does the cluster have nodes or [[pools]] that fit them?)"
+        )
     return figures.prediction_error(outcomes, result.start, buckets)

@@ -51,7 +51,7 @@ from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.core.pools import NodePool
 from gpufleet.engine.estimates import Estimates
 from gpufleet.policies.autoscale import autoscaler
-from gpufleet.policies.config import Policy, PolicyConfig, overlay
+from gpufleet.policies.config import Policy, PolicyConfig, cap_problems, overlay
 from gpufleet.policies.predict import QuantilePredictor
 from gpufleet.policies.priority import Multifactor
 from gpufleet.policies.validation import first_problem
@@ -88,6 +88,8 @@ class SimProfile:
     partitions: dict[str, Partition]
     data: dict[str, Any] = field(default_factory=dict, repr=False)
     """The file's data, ``[sim]`` and ``[[windows]]`` left out: what windows are laid over."""
+    source: str = ""
+    """The file it was read from, for errors found later (empty when not from a file)."""
 
     def qos_table(self) -> dict[str, QoS]:
         return {**default_qos(preempt=self.policy.config.preemption.enabled), **self.qos}
@@ -139,9 +141,11 @@ def load_profile(path: Path) -> SimProfile:
     """Read and check a profile; ``ProfileError`` names the file and key on bad input."""
     data = read_profile(path)
     try:
-        return profile_from_dict(data, path.stem)
+        profile = profile_from_dict(data, path.stem)
     except ProfileError as e:
         raise ProfileError(f"{path}: {e}") from None
+    profile.source = str(path)
+    return profile
 
 
 EXTENDS = "extends"
@@ -263,6 +267,19 @@ def ordering_warning(profile: SimProfile, jobs: Sequence[TraceJob]) -> str | Non
     )
 
 
+def check_pools(profile: SimProfile, pools: Sequence[NodePool]) -> None:
+    """``ProfileError`` naming the file and key when a replay with ``pools`` would run a
+    profile whose ``[autoscale.max_nodes]`` (its own or a window's) caps another pool,
+    as the live configuration check refuses it. Without pools the table is not used."""
+    if not pools:
+        return
+    problems = cap_problems(profile.policy.config, (p.name for p in pools))
+    if problems:
+        known = ", ".join(p.name for p in pools)
+        where = profile.source or profile.name
+        raise ProfileError(f"{where}: {problems[0]} (the cluster's pools: {known})")
+
+
 def replay(
     nodes: Sequence[Node],
     jobs: Sequence[TraceJob],
@@ -274,7 +291,11 @@ def replay(
 ) -> SimResult:
     """Replay ``jobs`` on ``nodes`` under ``profile``; fairshare usage is tracked for
     multifactor ordering. ``pools`` grow and shrink under the profile's ``[autoscale]``
-    table (its defaults without one). ``steer`` and ``wake``: see ``sim.driver``."""
+    table (its defaults without one). ``steer`` and ``wake``: see ``sim.driver``.
+
+    ``ProfileError`` as ``check_pools``.
+    """
+    check_pools(profile, pools)
     workload = [t.request for t in jobs]
     sched = profile.build(workload, profile.config.seed)
     ordering = sched.ordering
