@@ -465,3 +465,14 @@ def test_scheduler_parameters_in_any_case_and_default_time_from_max_time(
     policy, err = imported_policy(tmp_path, capsys, conf)
     assert policy["backfill"]["interval_s"] == 120 and "BF_INTERVAL" not in err
     assert policy["partitions"][0]["default_time_s"] == 90 * 60
+
+
+def test_default_queue_depth_bounds_the_main_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy, err = imported_policy(tmp_path, capsys, NODE + "PartitionName=p Nodes=n1\n")
+    assert policy["ordering"]["queue_depth"] == 100  # Slurm's default
+    conf = NODE + "SchedulerParameters=default_queue_depth=40\nPartitionName=p Nodes=n1\n"
+    policy, err = imported_policy(tmp_path, capsys, conf)
+    assert policy["ordering"]["queue_depth"] == 40
+    assert "SchedulerParameters=default_queue_depth" not in err  # modelled, not warned of

@@ -107,3 +107,19 @@ def test_conservative_backfill_plans_at_most_max_job_test_starts() -> None:
     assert plan.expected_start == {"w0": 3600, "w1": 7200}
     unbounded = run_cycle(sc.snapshot(), sc.profile())
     assert unbounded.expected_start == {"w0": 3600, "w1": 7200, "w2": 10800, "w3": 14400}
+
+
+def test_a_backfill_pass_of_its_own_walks_past_the_queue_depth() -> None:
+    # Slurm's default_queue_depth bounds its main scheduler; the backfill thread tests up
+    # to bf_max_job_test. With depth 2, small (third in line) backfills in a pass only.
+    sc = backlog()
+    bf = Backfill(BackfillArgs(resolution_s=1, interval_s=30))
+    profile = replace(sc.profile(), backfill=bf, queue_depth=2)
+    passing = run_cycle(sc.snapshot(), profile)
+    assert passing.backfilled
+    assert sorted(passing.starts) == ["small"]
+    snapshot = sc.snapshot()
+    main = run_cycle(replace(snapshot, last_backfill=snapshot.now - 10), profile)
+    assert not main.backfilled
+    assert main.starts == {}
+    assert "small" not in main.reasons  # beyond the main pass's depth

@@ -296,6 +296,7 @@ class _Translator:
         }
         self.gpu_billing: dict[str, float] = {}  # catalog model ("*": any) -> weight
         self.bf_interval = 30  # Slurm's default
+        self.queue_depth = 100  # default_queue_depth's default
         self.calc_s: int | None = None
         self.preempt_mode = "requeue"  # the cluster's PreemptMode, for QoS saying "cluster"
 
@@ -604,9 +605,6 @@ class _Translator:
                 values[key.lower()] = value
             elif key:
                 self.note(f"SchedulerParameters={key}")
-        if kind is not None and kind.value != "sched/backfill":
-            self.note(f"SchedulerType={kind.value} (no backfill)")
-            return None
 
         def number(key: str, default: str, least: int = 0) -> int:
             where: tuple[Path, int | None] = (
@@ -616,6 +614,13 @@ class _Translator:
             if value < least:
                 raise SlurmImportError(*where, key, f"must be {least} or more, got {value}")
             return value
+
+        # The main scheduler's depth, Slurm's default 100 included: it bounds every
+        # main pass, with or without backfill.
+        self.queue_depth = number("default_queue_depth", "100", 1)
+        if kind is not None and kind.value != "sched/backfill":
+            self.note(f"SchedulerType={kind.value} (no backfill)")
+            return None
 
         # Slurm's backfill reserves every job it tests: conservative backfill.
         bf: dict[str, Any] = {"mode": "conservative"}
@@ -634,8 +639,6 @@ class _Translator:
         bf["will_run_nodes"] = will_run_nodes
         if "bf_window_linear" in values:
             bf["will_run_linear_s"] = number("bf_window_linear", "")
-        if "default_queue_depth" in values:
-            self.note("SchedulerParameters=default_queue_depth")
         return bf
 
     def preemption(self) -> dict[str, Any]:
@@ -936,6 +939,7 @@ def import_slurm(
     backfill = t.backfill(nodes_rule)
     if backfill is not None:
         policy["backfill"] = backfill
+    policy["ordering"]["queue_depth"] = t.queue_depth
     policy["preemption"] = t.preemption()
     partitions = t.partitions(features)
     if partitions:

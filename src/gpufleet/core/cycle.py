@@ -553,7 +553,10 @@ class _Cycle:
         if candidates:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
             submit = table.values("submit_time", attrgetter("submit_time"))[rows]
-            depth = self.p.queue_depth
+            # A backfill pass of its own is Slurm's backfill thread: bf_max_job_test
+            # bounds it, not the main scheduler's default_queue_depth.
+            own_pass = self.backfill is not None and self.backfill.own_pass
+            depth = 0 if own_pass else self.p.queue_depth
             cache = self.p.cache
             order = queue_order(prio, candidates, submit, depth, cache.cut)
             if depth and len(candidates) > depth:

@@ -111,10 +111,13 @@ class Backfill(Protocol):
     ``runs_at`` says whether a cycle at ``now`` backfills, given when the last
     cycle that did ran (``Snapshot.last_backfill``; None: never); a cycle that
     does not runs as if there were no backfill plugin (Slurm's main pass).
+    ``own_pass``: backfill runs in passes apart from the main one, which the
+    profile's queue depth does not bound (only ``may_test`` does).
     """
 
     resolution: int
     will_run: WillRun | None
+    own_pass: bool
 
     def wants_planned_start(self, planned: int) -> bool: ...
 

@@ -27,7 +27,9 @@ unplanned, as past Slurm's limit).
 runs at most once per interval, and the cycles in between are Slurm's main
 scheduler passes, which plan no start and stop each partition at its first
 job that cannot start (as without backfill). With 0, the default, every
-cycle backfills.
+cycle backfills. A pass of its own walks past the ordering's
+``queue_depth`` (default_queue_depth bounds Slurm's main scheduler only):
+``max_job_test`` bounds it.
 
 ``will_run_window_s`` (0: off) estimates planned starts and their nodes as
 Slurm's select plugin does (``core.timeline.WillRun``): running jobs' ends in
@@ -69,6 +71,7 @@ class Backfill:
         window, linear = self.args.will_run_window_s, self.args.will_run_linear_s
         consecutive = self.args.will_run_nodes == "consecutive"
         self.will_run = WillRun(window, linear, consecutive) if window else None
+        self.own_pass = self.args.interval_s > 0
 
     def wants_planned_start(self, planned: int) -> bool:
         if self.args.mode == "conservative":
