@@ -40,6 +40,13 @@ def plain(job_id: str, submit: int) -> Job:
             [plain("z", 0), plain("y", 1), plain("x", 1), plain("w", 2)],
             ["z", "x", "y", "w"],
         ),
+        # An array's tasks by index, as Slurm starts them (not 10 before 2), numbered
+        # jobs by number, other ids after them by text.
+        (
+            [1.0] * 6,
+            [plain(i, 0) for i in ("28_10", "a", "28_2", "28", "7", "28_0")],
+            ["7", "28", "28_0", "28_2", "28_10", "a"],
+        ),
     ],
 )
 def test_queue_order_breaks_ties_by_submit_then_id(

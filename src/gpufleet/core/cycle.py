@@ -47,6 +47,7 @@ plan (``Plan.relayouts``), judging by the jobs the walk left waiting.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -372,8 +373,21 @@ def _sorted(
     result: list[int] = order[: max(cut, int(runs[-1][-1]) + 2 if runs else 0)].tolist()
     for run in runs:
         lo, hi = int(run[0]), int(run[-1]) + 2
-        result[lo:hi] = sorted(result[lo:hi], key=lambda i: pending[i].id)
+        result[lo:hi] = sorted(result[lo:hi], key=lambda i: id_order(pending[i].id))
     return result[:cut]
+
+
+_NUMBERED = re.compile(r"(\d+)(?:_(\d+))?")
+
+
+def id_order(job_id: str) -> tuple[int, int, int, str]:
+    """How ids that tie on priority and submit time are ordered: a numbered job and its
+    array's tasks (``28``, ``28_2``, ``28_10``) by number, then task index, as Slurm
+    starts them; any other id after them, by its text."""
+    m = _NUMBERED.fullmatch(job_id)
+    if m is None:
+        return (1, 0, 0, job_id)
+    return (0, int(m[1]), int(m[2] or -1), "")
 
 
 CALM = 8
@@ -1159,7 +1173,8 @@ def beyond_cut(
     if plan.cut is None or (plan.clocked and (plan.wake is None or now >= plan.wake)):
         return False
     prio = float(profile.ordering.priorities(snapshot, [job], snapshot.now)[0])
-    return (-prio, job.submit_time, job.id) > plan.cut
+    cut_prio, cut_submit, cut_id = plan.cut
+    return (-prio, job.submit_time, id_order(job.id)) > (cut_prio, cut_submit, id_order(cut_id))
 
 
 def gpu_hours_at_risk(r: RunningJob, now: int) -> float:
