@@ -12,7 +12,7 @@ from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.job import JobState, QoS, RunningJob
 from gpufleet.core.state import Assignment
 from gpufleet.engine.ledger import UsageLedger
-from gpufleet.policies.fairshare import FairshareArgs
+from gpufleet.policies.fairshare import FairshareArgs, accrue, decay
 from scenario.harness import qjob
 
 
@@ -108,3 +108,37 @@ def test_views_do_not_depend_on_when_usage_was_asked_for(
         else:
             seen[t] = [led.view(t).usage.tobytes() for led in (quiet, busy)]
     assert all(a == b for a, b in seen.values())
+
+
+def test_an_idle_gap_costs_one_step_and_only_decays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no run charged the usage only decays, in one step however long the gap (a
+    trace in epoch seconds starts 1.6e9 s after 0), to what the decay of the whole gap
+    gives: the same whichever times it was asked for in between."""
+    state = cluster(node("n").gpus(8))
+    tree = AccountTree([Account("a")], [User("u", "a")])
+    led = UsageLedger(tree, FairshareArgs(), {"normal": QoS("normal")}, recalc_s=300)
+    led.state = state
+    job = qjob("j").gpus(1).user("u", account="a").job(state=JobState.RUNNING, start_time=0)
+    r = RunningJob(job, (Assignment(node=0, gpus=(0,), gpu_milli=1000),), 100)
+    led.start(r, 0)
+    led.stop(r, 100)
+    stopped = led.current(100).usage
+    assert stopped.any()
+    steps = 0
+
+    def counted(*args: object) -> object:
+        nonlocal steps
+        steps += 1
+        return accrue(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("gpufleet.engine.ledger.accrue", counted)
+    gap = 300 * 33_334  # a multiple of the period, 3.8 months on
+    asked = led.view(gap // 3).usage.copy()
+    later = led.view(gap).usage
+    assert steps == 0
+    half = FairshareArgs().half_life_s
+    assert later.tobytes() == decay(stopped, gap - 100, half).tobytes()
+    assert asked.tobytes() == decay(stopped, gap // 3 - gap // 3 % 300 - 100, half).tobytes()
+    led.start(r, gap + 7)  # a run charges again, step by step, from the gap's end
+    led.view(gap + 900)
+    assert steps == 3

@@ -13,7 +13,14 @@ from builders import node
 from gpufleet.core.cycle import Plan, Snapshot
 from gpufleet.core.model import Node, Request
 from gpufleet.policies.fairshare import FairshareArgs
-from gpufleet.sim.driver import JobRecord, SimConfig, SimResult, Simulation, to_job
+from gpufleet.sim.driver import (
+    JobRecord,
+    NoProgress,
+    SimConfig,
+    SimResult,
+    Simulation,
+    to_job,
+)
 from gpufleet.sim.events import EventQueue, Kind
 from gpufleet.sim.faults import FaultModel
 from gpufleet.sim.metrics import job_rows, summarize
@@ -140,6 +147,35 @@ def test_preemption_loses_work_since_the_last_checkpoint() -> None:
     assert low.lost_preemption_gpu_s == 20
     # allocated 50 + 70 = 120 = the 100 s of work + the 20 s lost
     assert low.allocated_gpu_s == 120
+
+
+LAS = {
+    "ordering": {"plugin": "las", "las": {"thresholds_gpu_s": [300], "starve_limit_s": 600}},
+    "placement": {"plugin": "best-fit"},
+    "preemption": {"enabled": True, "plugin": "las", "quantum_s": 300},
+}
+
+
+@pytest.mark.parametrize("checkpoint", [1800, None])
+def test_jobs_preempted_before_any_checkpoint_stop_the_replay(checkpoint: int | None) -> None:
+    """Three jobs that each fill the node take turns: each run is stopped by a starved
+    job after a quantum, before its first checkpoint, so it starts over; without a stop
+    the replay would preempt them forever."""
+    jobs = [tj(k, 0, 3600, gpus=8, checkpoint_interval_s=checkpoint) for k in "abc"]
+    with pytest.raises(NoProgress) as err:
+        run(nodes(1, gpus=8), jobs, LAS)
+    saves = "checkpoints every 1800 s" if checkpoint else "never checkpoints"
+    assert str(err.value).startswith(
+        "test: the replay makes no progress: 31 preemptions since t=0 s"
+    )
+    assert f"and {saves}, so it starts over each time" in str(err.value)
+
+
+def test_jobs_that_checkpoint_within_the_quantum_progress() -> None:
+    jobs = [tj(k, 0, 3600, gpus=8, checkpoint_interval_s=30) for k in "abc"]
+    result = run(nodes(1, gpus=8), jobs, LAS)
+    assert {r.state for r in result.jobs} == {"completed"}
+    assert sum(r.preemptions for r in result.jobs) > 0
 
 
 def test_grace_time_lets_the_victim_run_on() -> None:

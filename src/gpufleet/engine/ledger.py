@@ -17,7 +17,7 @@ import numpy.typing as npt
 from gpufleet.core.accounts import AccountTree, AccountUsage
 from gpufleet.core.job import QoS, RunningJob
 from gpufleet.core.state import ClusterState
-from gpufleet.policies.fairshare import FairshareArgs, accrue, charge
+from gpufleet.policies.fairshare import FairshareArgs, accrue, charge, decay
 
 
 class UsageLedger:
@@ -27,7 +27,11 @@ class UsageLedger:
     GPU-seconds per second of every association and decays and charges the
     usage in one vector step whenever that rate changes, and at each multiple
     of ``recalc_s``. Each job's rate is what ``charge`` bills it for one
-    second, cached by what it depends on. Orderings see a new
+    second, cached by what it depends on. While no run is charged the usage
+    only decays, so it is the usage as the last run stopped decayed in one
+    step to the time asked (``idle``): an idle gap costs one step however
+    long, and what the orderings see still depends only on when runs started
+    and stopped. Orderings see a new
     ``AccountUsage`` at most once per ``recalc_s`` seconds, as of their
     multiples, as Slurm recomputes fairshare every PriorityCalcPeriod: what
     they see depends only on when runs started and stopped. ``state`` (whose
@@ -54,6 +58,9 @@ class UsageLedger:
         self.snapshot = AccountUsage(tree, self.usage)
         self.snapshot_at: int | None = None
         self._rates: dict[tuple[str, str, str, int, str], npt.NDArray[np.float64]] = {}
+        self.charged = 0  # runs started and not stopped
+        self.idle: tuple[npt.NDArray[np.float64], int] | None = (self.usage, 0)
+        """(usage, time) as the last charged run stopped; None while one runs."""
 
     def _accrue(self, now: int) -> None:
         self.usage, self.at, boundary = self._stepped(now)
@@ -69,6 +76,15 @@ class UsageLedger:
         not on when it was asked for. Returns it, its time, and its value at the last
         multiple passed (None: none passed)."""
         usage, at, boundary, step = self.usage, self.at, None, self.recalc_s
+        if self.idle is not None and now > at:
+            # Decay alone, in one step from the idle's start, not from ``at``: the
+            # result then does not depend on the times usage was asked for between.
+            since_usage, since = self.idle
+            half_life = self.args.half_life_s
+            last = now - now % step if step else now
+            if last > at:
+                boundary = decay(since_usage, last - since, half_life)
+            return decay(since_usage, now - since, half_life), now, boundary
         while now > at:
             to = min(now, at - at % step + step) if step else now
             usage = accrue(usage, to - at, self.args.half_life_s, self.index, self.rate * (to - at))
@@ -103,14 +119,23 @@ class UsageLedger:
         self.usage = self.boundary = values
         self.at = at
         self.snapshot_at = None
+        if self.idle is not None:
+            self.idle = (values, at)
 
     def start(self, r: RunningJob, now: int) -> None:
         self._accrue(now)
+        self.idle = None
+        self.charged += 1
         self.rate += self._job_rate(r)
 
     def stop(self, r: RunningJob, now: int) -> None:
         self._accrue(now)
-        self.rate -= self._job_rate(r)
+        self.charged -= 1
+        if self.charged:
+            self.rate -= self._job_rate(r)
+        else:  # exactly zero, not what subtracting every rate left
+            self.rate = np.zeros(len(self.tree))
+            self.idle = (self.usage, self.at)
 
     def current(self, now: int) -> AccountUsage:
         """The usage charged up to ``now``, whenever orderings last saw it (for displays)."""

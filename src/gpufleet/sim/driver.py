@@ -116,6 +116,13 @@ PREEMPTIBLE_QOS = "preemptible"
 DEFAULT_ACCOUNT = "default"
 WINDOW_PATIENCE_S = 8 * 86_400
 """With policy windows, how long a replay waits for one to let a stuck queue run."""
+FRUITLESS_PER_JOB = 10
+"""Preemptions in a row, per job waiting or running, with no job ending and no run
+reaching a checkpoint meanwhile, after which a replay stops as a livelock (``NoProgress``)."""
+
+
+class NoProgress(ValueError):
+    """The replay preempts jobs over and over and none of them gets anywhere."""
 
 
 def default_qos(*, preempt: bool) -> dict[str, QoS]:
@@ -417,6 +424,9 @@ class Simulation:
         self.cycles = 0
         self.skipped = 0
         self.failures = 0
+        self.fruitless: dict[str, int] = defaultdict(int)  # job -> preemptions since progress
+        self.fruitless_since = 0  # the last job's end or checkpoint
+        self.fruitless_longest = 0  # the longest of those preempted runs, in seconds
         self.reconfigurations = 0
         self.last_start = 0
         self.samples: list[Sample] = []
@@ -793,6 +803,7 @@ class Simulation:
         if rec.run != run or rec.state != JobState.RUNNING.value:
             return
         rec.last_checkpoint = self.now
+        self._progressed()
         self.book.checkpoint(job_id, self.now)
         interval = rec.job.checkpoint_interval_s
         assert interval is not None
@@ -828,6 +839,7 @@ class Simulation:
 
     def _release(self, rec: JobRecord) -> None:
         """The job has ended: its followers are submitted after their think time."""
+        self._progressed()
         for job_id in self.followers[rec.job.id]:
             follower = self.records[job_id]
             if follower.state != JobState.PENDING.value:
@@ -844,6 +856,7 @@ class Simulation:
         lost = rec.gpus * (elapsed - kept)
         if cause == "preemption":
             rec.lost_preemption_gpu_s += lost
+            self._fruitless(rec, elapsed)
         else:
             rec.lost_failure_gpu_s += lost
         rec.saved_gpu_s += rec.gpus * kept
@@ -860,6 +873,34 @@ class Simulation:
         rec.requeues += 1
         rec.job = end.job  # the job as queued again, its attained service grown
         self.waiting[rec.job.account] += 1
+
+    def _progressed(self) -> None:
+        if self.fruitless:
+            self.fruitless.clear()
+            self.fruitless_longest = 0
+        self.fruitless_since = self.now
+
+    def _fruitless(self, rec: JobRecord, elapsed: int) -> None:
+        """Count a preemption since the last progress; NoProgress once they are so many
+        that the jobs only take turns losing their work (a LAS quantum shorter than
+        their checkpoint interval: each run is stopped before it saves anything)."""
+        job = rec.job
+        self.fruitless[job.id] += 1
+        self.fruitless_longest = max(self.fruitless_longest, elapsed)
+        count = sum(self.fruitless.values())
+        if count <= FRUITLESS_PER_JOB * (len(self.pending) + len(self.running)):
+            return
+        worst = max(self.fruitless, key=lambda i: self.fruitless[i])
+        interval = self.records[worst].job.checkpoint_interval_s
+        saves = f"checkpoints every {interval} s" if interval else "never checkpoints"
+        raise NoProgress(
+            f"{self.name}: the replay makes no progress: {count} preemptions since "
+            f"t={self.fruitless_since} s, with no job ending and no run reaching a "
+            f"checkpoint; job {worst} was stopped {self.fruitless[worst]} times, "
+            f"after at most {self.fruitless_longest} s each, and {saves}, so it starts over "
+            "each time: let jobs run longer before preemption ([preemption] quantum_s well "
+            "above the checkpoint interval) or checkpoint more often (checkpoint_interval_s)"
+        )
 
     # -- policy windows --------------------------------------------------------
     def _switch_windows(self) -> None:

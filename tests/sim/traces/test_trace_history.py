@@ -44,7 +44,7 @@ jobs = st.builds(
 )  # fmt: skip
 
 
-@given(st.lists(jobs, min_size=1, max_size=3))
+@given(st.lists(jobs, min_size=1, max_size=3, unique_by=lambda job: job.id))
 def test_round_trip(tmp_path_factory: pytest.TempPathFactory, trace: list[TraceJob]) -> None:
     path = tmp_path_factory.getbasetemp() / "round_trip.jsonl"  # rewritten by each example
     dump_history(path, trace)

@@ -244,3 +244,62 @@ def test_labels_survive_the_history_file(fixture: Fixture, tmp_path: Path) -> No
     dump_history(tmp_path / "past.jsonl", jobs)
     assert load_trace(f"history:{tmp_path / 'past.jsonl'}") == jobs
     assert jobs[0].labels == {"job_type": "train"}
+
+
+def test_start_and_end_times_that_give_no_runtime(tmp_path: Path) -> None:
+    """Without duration_s, an end before the start or only one of the two times is a
+    problem of its row, not a 0-second job or a row dropped without a word."""
+    path = write(
+        tmp_path,
+        "id,submit_time,start_time,end_time,gpus\na,0,10,5,1\nb,0,,5,1\nc,0,5,,1\nd,0,5,5,1\n",
+    )
+    with pytest.raises(TraceError) as err:
+        load_generic(path)
+    runtime = "the runtime is end_time - start_time"
+    assert str(err.value) == "; ".join(
+        [
+            f"{path}, row 2: end_time: before start_time, by 5 s",
+            f"{path}, row 3: start_time: empty (end_time given): {runtime}",
+            f"{path}, row 4: end_time: empty (start_time given): {runtime}",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("cell", "gpus", "gpu_milli"),
+    [
+        ("99.96", 1, 0),  # 999.6 milli rounds to the whole GPU
+        ("99.94", 0, 999),
+        ("0.04", 0, 1),  # a share too small for a milli still asks for a GPU
+        ("0", 0, 0),
+    ],
+)
+def test_gpu_percent_edges(tmp_path: Path, cell: str, gpus: int, gpu_milli: int) -> None:
+    path = write(tmp_path, f"submit_time,duration_s,gpus,cpu_milli\n0,1,{cell},100\n")
+    (job,) = load_generic(path, GenericOptions.model_validate({"units": {"gpus": "percent"}}))
+    assert (job.request.gpus, job.request.gpu_milli) == (gpus, gpu_milli)
+
+
+def test_a_field_both_mapped_and_constant(tmp_path: Path) -> None:
+    path = write(tmp_path, "id,submit_time,duration_s,gpus\na,0,5,1\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"generic:{path},constants.user=bob,columns.user=x")
+    assert str(err.value) == f"{path}, row 1: x: mapped to user, yet constants.user gives user too"
+
+
+def test_repeated_ids_are_row_problems(tmp_path: Path) -> None:
+    path = write(tmp_path, "id,submit_time,duration_s,gpus\na,0,5,1\nb,0,5,1\na,9,5,x\na,3,5,1\n")
+    with pytest.raises(TraceError) as err:
+        load_generic(path)
+    assert str(err.value) == "; ".join(
+        [
+            f"{path}, row 4: gpus: 'x' is not a whole number",
+            f"{path}, row 5: id: 'a' appears twice, first on row 2",
+        ]
+    )
+
+
+def test_origin_before_a_submit_time_prints_in_full(tmp_path: Path) -> None:
+    path = write(tmp_path, "submit_time,duration_s,gpus\n1588291200,1,1\n")
+    with pytest.raises(TraceError, match=r"before the origin \(1588291300 s\), by 100 s"):
+        load_generic(path, GenericOptions(origin=1588291300))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,20 +54,51 @@ def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> 
     return value
 
 
-def seconds(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> int:
-    """A time in seconds, decimals rounded to the nearest second, at least ``minimum``."""
+def seconds(
+    path: Path,
+    line: int,
+    field: str,
+    text: str,
+    *,
+    minimum: int = 0,
+    unit: str = "s",
+    per_unit: float = 1.0,
+) -> int:
+    """A time in seconds, decimals rounded to the nearest second, at least ``minimum``.
+
+    ``text`` counts ``unit``s of ``per_unit`` seconds each; the bounds hold for
+    the seconds, so a huge count of a large unit is refused too.
+    """
     try:
         value = float(text)
     except ValueError:
-        raise TraceError(path, line, field, f"{text!r} is not a number of seconds") from None
+        kind = "a number of seconds" if unit == "s" else "a number"
+        raise TraceError(path, line, field, f"{text!r} is not {kind}") from None
     if not math.isfinite(value):
         raise TraceError(path, line, field, f"must be finite, got {text!r}")
+    s, written = ("", text) if unit == "s" else (" s", f"{text} {unit}")
+    value *= per_unit
+    if value > MAX_AMOUNT:  # checked before round(), which fails on an overflow to inf
+        raise TraceError(path, line, field, f"must be at most {MAX_AMOUNT}{s}, got {written}")
     rounded = round(value)
     if rounded < minimum:
-        raise TraceError(path, line, field, f"must be {minimum} or more, got {text}")
-    if rounded > MAX_AMOUNT:
-        raise TraceError(path, line, field, f"must be at most {MAX_AMOUNT}, got {text}")
+        raise TraceError(path, line, field, f"must be {minimum}{s} or more, got {written}")
     return rounded
+
+
+def repeated_ids(
+    path: Path, ids: Sequence[str], lines: Sequence[int], column: str
+) -> list[TraceError]:
+    """A problem for each of the jobs ``ids`` (read from ``lines``) that an earlier one
+    has, naming that one's row: the replay tells jobs apart by their ids."""
+    first: dict[str, int] = {}
+    problems = []
+    for job_id, line in zip(ids, lines, strict=True):
+        seen = first.setdefault(job_id, line)
+        if seen != line:
+            reason = f"{job_id!r} appears twice, first on row {seen}"
+            problems.append(TraceError(path, line, column, reason))
+    return problems
 
 
 @contextmanager

@@ -12,7 +12,7 @@ field                       meaning
 ``id``                      job id (no column: the row's position)
 ``submit_time``             when the job arrived (required)
 ``duration_s``              actual runtime, else ``end_time - start_time``
-``start_time``, ``end_time`` when it ran, read only without ``duration_s``
+``start_time``, ``end_time`` when it ran, read only without ``duration_s`` (both)
 ``gpus``                    whole GPUs per task (default 0)
 ``gpu_milli``               a fraction of one shared GPU, 1..999
 ``cpu_milli``               milli-CPU per task (default 0)
@@ -56,10 +56,16 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.mig import unknown_profile
-from gpufleet.core.model import MILLI, InvalidSpec, Request
+from gpufleet.core.model import MAX_AMOUNT, InvalidSpec, Request
 from gpufleet.sim.openb import TraceError, open_text
-from gpufleet.sim.traces.fields import TraceProblems, count, seconds
-from gpufleet.sim.traces.record import TraceJob, by_submit, follow_problems, whole_gpus
+from gpufleet.sim.traces.fields import TraceProblems, count, repeated_ids, seconds
+from gpufleet.sim.traces.record import (
+    TraceJob,
+    by_submit,
+    follow_problems,
+    gpu_share,
+    whole_gpus,
+)
 
 TIMES = ("submit_time", "start_time", "end_time")
 FIELDS = (
@@ -165,6 +171,22 @@ class GenericOptions(BaseModel):
                 raise ValueError(f"{name}: not a field (known: {', '.join(FIELDS)})")
         return value
 
+    @field_validator("origin", mode="before")
+    @classmethod
+    def _origin(cls, value: object) -> object:
+        # One message for any bad value, rather than one per member of the union.
+        if value is None or value == "first":
+            return value
+        try:
+            number = float(value) if isinstance(value, str | int | float) else math.nan
+        except ValueError:
+            number = math.nan
+        if isinstance(value, bool) or not -MAX_AMOUNT <= number <= MAX_AMOUNT:
+            raise ValueError(
+                f"must be 'first' or a number of seconds within ±{MAX_AMOUNT}, got {value!r}"
+            )
+        return number
+
     def column(self, field: str) -> str:
         return self.columns.get(field, field)
 
@@ -189,6 +211,9 @@ def load_generic(
     if keep is not None:
         rows = [(n, line, row) for n, line, row in rows if keep(row)]
     parsed = [job for job in (reader.row(n, line, row) for n, line, row in rows) if job]
+    ids, lines = [p.fields["id"] for p in parsed], [p.line for p in parsed]
+    for problem in repeated_ids(path, ids, lines, options.column("id")):
+        reader.problems.add(problem)
     reader.raise_problems()
     if not parsed:
         raise TraceError(path, None, None, "holds no jobs")
@@ -274,11 +299,13 @@ class _Reader:
             self.problems.add(TraceError(self.path, header_row, column, reason))
 
         for field, column in o.columns.items():
-            if column not in self.header and field not in o.constants:
+            if field in o.constants:
+                problem(column, f"mapped to {field}, yet constants.{field} gives {field} too")
+            elif column not in self.header:
                 problem(column, f"column missing (mapped to {field})")
         for field in o.constants:
-            if o.column(field) in self.header:
-                problem(o.column(field), f"a column, yet constants.{field} gives {field} too")
+            if field not in o.columns and field in self.header:
+                problem(field, f"a column, yet constants.{field} gives {field} too")
         if "submit_time" not in self.given:
             problem(o.column("submit_time"), "column missing" + self._hint("submit_time"))
         if "duration_s" not in self.given and not {"start_time", "end_time"} <= self.given:
@@ -316,13 +343,8 @@ class _Reader:
         if not r.text("submit_time"):
             r.fail("submit_time", "empty: every job needs a submit time")
         submit = r.instant("submit_time")
-        if "duration_s" in self.given:
-            duration = r.seconds("duration_s", minimum=0)
-        else:
-            start, end = r.instant("start_time"), r.instant("end_time")
-            duration = None if start is None or end is None else round(max(0.0, end - start))
-            if duration is None and not r.text("start_time") + r.text("end_time"):
-                r.fail("duration_s", "no duration: start_time and end_time are empty")
+        given = "duration_s" in self.given
+        duration = r.seconds("duration_s", minimum=0) if given else r.runtime()
         gpus, gpu_milli = r.gpus()
         profile = r.text("mig_profile")
         if profile and (problem := unknown_profile(profile)):
@@ -389,9 +411,14 @@ class _Reader:
         zero = min(p.submit for p in parsed) if origin == "first" else float(origin)
         jobs, lines = [], []
         for p in parsed:
-            submit = round(p.submit - zero)
-            if submit < 0:
-                reason = f"before the origin ({zero:g} s), by {-submit} s"
+            after = p.submit - zero
+            submit = round(after) if after <= MAX_AMOUNT else None
+            if submit is None or submit < 0:
+                reason = (
+                    f"more than {MAX_AMOUNT} s after the origin ({zero:.15g} s)"
+                    if submit is None
+                    else f"before the origin ({zero:.15g} s), by {-submit} s"
+                )
                 self.problems.add(TraceError(self.path, p.line, o.column("submit_time"), reason))
                 continue
             try:
@@ -457,37 +484,58 @@ class _Row:
         if factors[unit] == 1:
             return self.count(field, 0)
         value = self.number(field)
-        return 0 if value is None else to_int(value * factors[unit])
+        if value is None:
+            return 0
+        amount = value * factors[unit]
+        if amount > MAX_AMOUNT:  # checked before to_int, which fails on an overflow to inf
+            self.fail(
+                field, f"must be at most {MAX_AMOUNT} once converted, got {self.text(field)} {unit}"
+            )
+            return 0
+        return to_int(amount)
 
     def seconds(self, field: str, *, minimum: int) -> int | None:
-        unit = getattr(self.options.units, field)
         value = self.text(field)
         if not value:
             return None
-        if unit == "s":
-            try:
-                column = self.options.column(field)
-                return seconds(self.reader.path, self.line, column, value, minimum=minimum)
-            except TraceError as e:
-                self.reader.problems.add(e)
-                return None
-        amount = self.number(field)
-        if amount is None:
+        unit = getattr(self.options.units, field)
+        column = self.options.column(field)
+        try:
+            return seconds(
+                self.reader.path,
+                self.line,
+                column,
+                value,
+                minimum=minimum,
+                unit=unit,
+                per_unit=DURATION_UNITS[unit],
+            )
+        except TraceError as e:
+            self.reader.problems.add(e)
             return None
-        result = round(amount * DURATION_UNITS[unit])
-        if result < minimum:
-            self.fail(field, f"must be {minimum} s or more, got {value} {unit}")
+
+    def runtime(self) -> int | None:
+        """``end_time - start_time`` in whole seconds, or None after noting why not."""
+        start, end = self.instant("start_time"), self.instant("end_time")
+        for field, other in (("start_time", "end_time"), ("end_time", "start_time")):
+            if not self.text(field):
+                given = "empty too" if not self.text(other) else "given"
+                self.fail(field, f"empty ({other} {given}): the runtime is end_time - start_time")
+        if start is None or end is None:
             return None
-        return result
+        if end < start:
+            self.fail("end_time", f"before start_time, by {start - end:.15g} s")
+            return None
+        if end - start > MAX_AMOUNT:
+            self.fail("end_time", f"more than {MAX_AMOUNT} s after start_time")
+            return None
+        return round(end - start)
 
     def gpus(self) -> tuple[int, int]:
         """(whole GPUs, milli of one shared GPU) the row asks for."""
         if self.options.units.gpus != "percent":
             return self.count("gpus", 0), 0
-        value = self.number("gpus") or 0.0
-        if value >= 100:
-            return math.ceil(value / 100), 0
-        return 0, round(value * MILLI / 100)
+        return gpu_share(self.number("gpus") or 0.0)
 
     def instant(self, field: str) -> float | None:
         """A time as seconds since the epoch (numbers: as written), or None."""

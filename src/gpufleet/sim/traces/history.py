@@ -28,7 +28,7 @@ from typing import Any
 
 from gpufleet.core.model import Request
 from gpufleet.sim.openb import TraceError, open_text
-from gpufleet.sim.traces.fields import located
+from gpufleet.sim.traces.fields import located, repeated_ids
 from gpufleet.sim.traces.record import TraceJob, by_submit, follow_problems
 
 _NULL = type(None)
@@ -78,6 +78,8 @@ def load_history(path: Path | str) -> list[TraceJob]:
                 lines.append(line)
     if not jobs:
         raise TraceError(path, None, None, "holds no jobs")
+    if repeated := repeated_ids(path, [j.id for j in jobs], lines, "id"):
+        raise repeated[0]
     problems = follow_problems(jobs)
     if problems:
         i, reason = problems[0]

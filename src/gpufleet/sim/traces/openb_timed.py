@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.sim.openb import TraceError, load_pods
-from gpufleet.sim.traces.fields import table_rows
+from gpufleet.sim.traces.fields import repeated_ids, table_rows
 from gpufleet.sim.traces.record import TraceJob, by_submit
 
 QOS_CLASSES: dict[str, tuple[str, bool]] = {
@@ -42,7 +42,7 @@ def load_openb_timed(path: Path) -> list[TraceJob]:
     unknown ``qos``.
     """
     pods = load_pods(path)
-    jobs = []
+    jobs, lines = [], []
     # Same reader, same order: the lines give each pod its row for errors.
     rows = table_rows(path, TIMED_COLUMNS)
     for (line, row), pod in zip(rows, pods, strict=True):
@@ -63,4 +63,7 @@ def load_openb_timed(path: Path) -> list[TraceJob]:
                 preemptible=preemptible,
             )
         )
+        lines.append(line)
+    if repeated := repeated_ids(path, [j.id for j in jobs], lines, "name"):
+        raise repeated[0]
     return by_submit(jobs)

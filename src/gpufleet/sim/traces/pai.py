@@ -12,7 +12,9 @@ without a header row (one is accepted too):
   ``plan_gpu`` (100 = one GPU; less is a share of one) on a ``gpu_type``
   (``V100``, ``P100``, ``T4``, ``MISC``...).
 
-Times are seconds; submit times count from the first job's. A job becomes
+Times are seconds; submit times count from the first job's. A job whose
+submit time is empty was submitted by the time its first task started, so
+that start is taken. A job becomes
 one request for all its tasks' instances together:
 
 * GPUs: the sum of ``inst_num x plan_gpu`` / 100. Below one GPU it is a
@@ -40,10 +42,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.core.catalog import gpu_memory_mib
-from gpufleet.core.model import MILLI, InvalidSpec, Request
+from gpufleet.core.model import MAX_AMOUNT, MILLI, InvalidSpec, Request
 from gpufleet.sim.openb import TraceError, open_text
-from gpufleet.sim.traces.fields import TraceProblems
-from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
+from gpufleet.sim.traces.fields import TraceProblems, repeated_ids
+from gpufleet.sim.traces.record import TraceJob, by_submit, gpu_share, whole_gpus
 
 JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
 TASK_COLUMNS = (
@@ -100,12 +102,12 @@ def load_pai(path: Path, options: PaiOptions | None = None) -> list[TraceJob]:
     options = options or PaiOptions()
     problems = TraceProblems(path)
     tasks = _tasks(options.tasks or path.parent / TASK_TABLE, problems)
-    submitted: list[tuple[float, TraceJob]] = []
+    submitted: list[tuple[float, int, TraceJob]] = []
     for line, row in _rows(path, JOB_COLUMNS, problems):
         submit = _number(path, line, row, "start_time", problems)
         job = tasks.get(row["job_name"])
-        if submit is None or job is None or job.end < job.start:
-            continue
+        if job is None or job.end < job.start or (submit is None and row["start_time"]):
+            continue  # never ran, or a bad submit time (noted)
         try:
             request = _request(job, options)
             if request is None:
@@ -121,13 +123,26 @@ def load_pai(path: Path, options: PaiOptions | None = None) -> list[TraceJob]:
         except InvalidSpec as e:
             problems.add(TraceError(path, line, e.field.removeprefix("request."), e.reason))
             continue
-        submitted.append((submit, record))
+        # No submit time: it was submitted by the time its first task started.
+        submitted.append((job.start if submit is None else submit, line, record))
+    ids = [record.id for _, _, record in submitted]
+    for repeated in repeated_ids(path, ids, [line for _, line, _ in submitted], "job_name"):
+        problems.add(repeated)
     if problems:
         raise problems
     if not submitted:
         raise TraceError(path, None, None, "holds no job that ran")
-    origin = min(submit for submit, _ in submitted)
-    return by_submit([replace(job, submit_time=round(s - origin)) for s, job in submitted])
+    origin = min(submit for submit, _, _ in submitted)
+    jobs = []
+    for submit, line, record in submitted:
+        if submit - origin > MAX_AMOUNT:
+            reason = f"more than {MAX_AMOUNT} s after the first job's"
+            problems.add(TraceError(path, line, "start_time", reason))
+        else:
+            jobs.append(replace(record, submit_time=round(submit - origin)))
+    if problems:
+        raise problems
+    return by_submit(jobs)
 
 
 def _tasks(path: Path, problems: TraceProblems) -> dict[str, _Job]:
@@ -157,18 +172,19 @@ def _request(job: _Job, options: PaiOptions) -> Request | None:
         models = frozenset()  # a type without a model may run anywhere, so the job may too
     cpu_milli = job.cpu_pct * MILLI / 100
     memory_mib = job.mem_gb * _MIB_PER_GB
-    if job.gpu_pct <= 0:
+    gpus, gpu_milli = gpu_share(job.gpu_pct)
+    if not gpus and not gpu_milli:
         if cpu_milli <= 0:
             return None
         return Request(cpu_milli=math.ceil(cpu_milli), memory_mib=math.ceil(memory_mib))
-    if job.gpu_pct < 100:
+    if gpu_milli:
         return Request(
-            gpu_milli=max(1, round(job.gpu_pct * MILLI / 100)),
+            gpu_milli=gpu_milli,
             cpu_milli=math.ceil(cpu_milli),
             memory_mib=math.ceil(memory_mib),
             gpu_models=models,
         )
-    shape = whole_gpus(math.ceil(job.gpu_pct / 100), options.gpus_per_node)
+    shape = whole_gpus(gpus, options.gpus_per_node)
     return Request(
         gpus=shape.gpus,
         nodes=shape.nodes,

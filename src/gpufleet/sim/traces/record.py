@@ -7,16 +7,18 @@ own job type. Times are whole seconds from the trace's origin.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.core.model import InvalidSpec, Request
+from gpufleet.core.model import MAX_AMOUNT, MILLI, InvalidSpec, Request
 
 PRIORITY_CLASSES = ("high", "normal", "low")
 """Coarse priority tiers a trace can express; policies map them to numbers."""
 FAILED_STATES = frozenset({"failed", "out_of_memory", "node_fail"})
 """End states (``labels["status"]`` or ``labels["state"]``, any case) of a job that
 failed: Slurm's FAILED, OUT_OF_MEMORY and NODE_FAIL, Philly's and PAI's Failed."""
+_TIMES = ("submit_time", "duration_s", "time_limit_s", "checkpoint_interval_s", "think_s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +68,11 @@ class TraceJob:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InvalidSpec(name, f"must be more than zero (or absent), got {value}")
+        # The replay adds and counts times in 64-bit integers, as the core does amounts.
+        for name in _TIMES:
+            value = getattr(self, name)
+            if value is not None and value > MAX_AMOUNT:
+                raise InvalidSpec(name, f"must be at most {MAX_AMOUNT} s, got {value}")
         if self.priority_class not in PRIORITY_CLASSES:
             known = ", ".join(PRIORITY_CLASSES)
             raise InvalidSpec(
@@ -138,6 +145,21 @@ def whole_gpus(
         return Request(gpus=gpus, cpu_milli=cpu_milli, memory_mib=memory_mib)
     nodes = -(-gpus // gpus_per_node)
     return Request(gpus=gpus_per_node, nodes=nodes, cpu_milli=cpu_milli, memory_mib=memory_mib)
+
+
+def gpu_share(percent: float) -> tuple[int, int]:
+    """(whole GPUs, milli of one shared GPU) for ``percent`` of a GPU (100: one GPU).
+
+    Below one GPU it is a share of one, 1..999 milli: a share that rounds to
+    1000 milli is the whole GPU, and one that rounds to 0 still asks for a
+    GPU (1 milli). From one GPU up, whole GPUs rounded up. 0 or less: none.
+    """
+    if percent <= 0:
+        return 0, 0
+    milli = round(percent * MILLI / 100)
+    if milli < MILLI:
+        return 0, max(1, milli)
+    return math.ceil(percent / 100), 0
 
 
 def by_submit(jobs: list[TraceJob]) -> list[TraceJob]:

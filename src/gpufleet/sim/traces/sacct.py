@@ -58,7 +58,7 @@ from gpufleet.core.catalog import gpu_memory_mib
 from gpufleet.core.mig import unknown_profile
 from gpufleet.core.model import MAX_AMOUNT, Request
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.fields import count, located, table_rows
+from gpufleet.sim.traces.fields import count, located, repeated_ids, table_rows
 from gpufleet.sim.traces.record import TraceJob, by_submit
 
 COLUMNS = (
@@ -101,6 +101,7 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
     """Jobs that ran, by submit time. TraceError names the line and column."""
     options = options or SacctOptions()
     started: list[tuple[datetime, TraceJob]] = []
+    lines: list[int] = []
     tres_column = duration_column = ""
     for line, row in table_rows(path, COLUMNS, delimiter="|"):
         if not tres_column:
@@ -138,8 +139,11 @@ def load_sacct(path: Path, options: SacctOptions | None = None) -> list[TraceJob
                 | {"status": state},
             )
         started.append((submit, job))
+        lines.append(line)
     if not started:
         raise TraceError(path, None, None, "holds no job that started")
+    if repeated := repeated_ids(path, [job.id for _, job in started], lines, "JobID"):
+        raise repeated[0]
     origin = min(submit for submit, _ in started)
     if options.origin == "day":
         origin = origin.replace(hour=0, minute=0, second=0, microsecond=0)

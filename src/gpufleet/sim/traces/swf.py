@@ -46,7 +46,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.sim.openb import TraceError, open_text
-from gpufleet.sim.traces.fields import count, located
+from gpufleet.sim.traces.fields import count, located, repeated_ids
 from gpufleet.sim.traces.record import TraceJob, by_submit, follow_problems, whole_gpus
 
 FIELDS = (
@@ -100,6 +100,8 @@ def load_swf(path: Path, mapping: SwfMapping | None = None) -> list[TraceJob]:
                     lines.append(line)
     if not jobs:
         raise TraceError(path, None, None, "holds no job that ran")
+    if repeated := repeated_ids(path, [j.id for j in jobs], lines, "job_number"):
+        raise repeated[0]
     if mapping.feedback:
         jobs = _chained(path, jobs, lines)
     return by_submit(jobs)

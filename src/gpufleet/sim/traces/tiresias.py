@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.sim.openb import TraceError
-from gpufleet.sim.traces.fields import count, located, seconds, table_rows
+from gpufleet.sim.traces.fields import count, located, repeated_ids, seconds, table_rows
 from gpufleet.sim.traces.record import TraceJob, by_submit, whole_gpus
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
@@ -33,7 +33,7 @@ class TiresiasOptions(BaseModel):
 def load_tiresias(path: Path, options: TiresiasOptions | None = None) -> list[TraceJob]:
     """Jobs of a Tiresias CSV, by submit time. TraceError names the row and column."""
     gpus_per_node = (options or TiresiasOptions()).gpus_per_node
-    jobs = []
+    jobs, lines = [], []
     for line, row in table_rows(path, COLUMNS):
         gpus = count(path, line, "num_gpu", row["num_gpu"], minimum=1)
         with located(path, line, {"id": "job_id", "duration_s": "duration"}):
@@ -46,6 +46,9 @@ def load_tiresias(path: Path, options: TiresiasOptions | None = None) -> list[Tr
                     labels={"name": row["model_name"]} if row.get("model_name") else {},
                 )
             )
+        lines.append(line)
     if not jobs:
         raise TraceError(path, None, None, "holds no jobs")
+    if repeated := repeated_ids(path, [j.id for j in jobs], lines, "job_id"):
+        raise repeated[0]
     return by_submit(jobs)
