@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import pwd
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from agent.support import Launches, wait_ended, wait_for
 from gpufleet.agent.runner import Runner
@@ -20,8 +24,8 @@ def test_a_run_gets_its_directory_and_reports_each_checkpoint(
         f"while [ ! -e {go} ]; do sleep 0.02; done\n"
     )
     assert runner.start(launch("7", run=3, script=script, checkpoint_dir=str(ckpt)))
-    assert ckpt.is_dir() and (ckpt.stat().st_mode & 0o777) == 0o700
     wait_for(ckpt / ".checkpointed")
+    assert ckpt.is_dir() and (ckpt.stat().st_mode & 0o777) == 0o700
     (mark,) = runner.checkpoints()
     assert (mark.job_id, mark.run) == ("7", 3)
     assert mark.at == os.stat(ckpt / ".checkpointed").st_mtime
@@ -52,3 +56,60 @@ def test_no_mark_no_report_and_a_bad_directory_fails_the_start(
     assert report.message.startswith(f"checkpoint directory {blocker / 'sub'}: ")
     go.touch()
     wait_ended(runner, 2)
+
+
+def test_a_missing_workdir_fails_the_start_and_nothing_is_made(
+    runner: Runner, launch: Launches, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "relative" / "nonexist"
+    ckpt = workdir / ".gpufleet" / "checkpoints" / "3"
+    runner.start(launch("3", argv=["true"], workdir=str(workdir), checkpoint_dir=str(ckpt)))
+    report = wait_ended(runner)["3"]
+    assert report.state == "failed_to_start"
+    assert report.message == f"workdir: directory {workdir} does not exist"
+    assert not (tmp_path / "relative").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent runs jobs as other users")
+def test_a_root_agent_never_chowns_through_a_users_link(launch: Launches) -> None:
+    nobody = pwd.getpwnam("nobody")
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        base = Path(tmp)
+        base.chmod(0o711)
+        runner = Runner(base / "state", "n1")
+        try:
+            victim = base / "victim"  # a root-owned directory, /etc say
+            victim.mkdir(mode=0o755)
+            work = base / "work"
+            (work / ".gpufleet" / "checkpoints").mkdir(parents=True)
+            for d in (work, work / ".gpufleet", work / ".gpufleet" / "checkpoints"):
+                os.chown(d, nobody.pw_uid, nobody.pw_gid)
+            link = work / ".gpufleet" / "checkpoints" / "21"
+            link.symlink_to(victim)
+            os.lchown(link, nobody.pw_uid, nobody.pw_gid)
+            out = {"stdout_path": str(work / "o"), "stderr_path": str(work / "o")}
+            spec = launch("21", argv=["true"], workdir=str(work), checkpoint_dir=str(link))
+            runner.start(spec.model_copy(update=out))
+            wait_ended(runner)
+            assert (victim.stat().st_uid, victim.stat().st_mode & 0o777) == (0, 0o755)
+            # A partition's storage: root makes DIR/USER for the user, and only that.
+            storage = base / "storage"
+            storage.mkdir(mode=0o755)
+            ckpt = storage / "nobody" / "22"
+            spec = launch("22", argv=["true"], workdir=str(work), checkpoint_dir=str(ckpt))
+            runner.start(spec.model_copy(update=out))
+            assert wait_ended(runner, 2)["22"].exit_code == 0
+            assert ckpt.stat().st_uid == ckpt.parent.stat().st_uid == nobody.pw_uid
+            # ... and refuses a link put there in its place.
+            other = base / "other"
+            other.mkdir(mode=0o1777)
+            (other / "nobody").symlink_to(victim)
+            ckpt = other / "nobody" / "23"
+            spec = launch("23", argv=["true"], workdir=str(work), checkpoint_dir=str(ckpt))
+            runner.start(spec.model_copy(update=out))
+            report = wait_ended(runner, 3)["23"]
+            assert report.state == "failed_to_start"
+            assert report.message.startswith(f"checkpoint directory {other / 'nobody'}: ")
+        finally:
+            runner.close()
+        assert victim.stat().st_uid == 0

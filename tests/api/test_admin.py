@@ -22,9 +22,9 @@ def test_a_created_token_works_until_revoked(cluster: Cluster) -> None:
             assert revoked.status_code == 204
             assert admin.delete(f"/v1/tokens/{created.json()['id']}").status_code == 204
             problem(admin.delete("/v1/tokens/nope"), 404)
-            assert {t["id"]: t for t in admin.get("/v1/tokens").json()}[
-                created.json()["id"]
-            ]["revoked"]
+            assert {t["id"]: t for t in admin.get("/v1/tokens").json()}[created.json()["id"]][
+                "revoked"
+            ]
         response = c.get("/v1/jobs", headers=headers)
         problem(response, 401)
         assert response.headers["www-authenticate"].startswith("Bearer")
@@ -44,6 +44,17 @@ def test_a_node_token_needs_its_node(cluster: Cluster) -> None:
         assert "body.node" in fields(response)
         response = c.post("/v1/tokens", json={"name": "x", "user": "u", "role": "god"})
         assert "body.role" in fields(response)
+
+
+def test_a_token_user_must_be_a_user_name(cluster: Cluster) -> None:
+    # Users reach paths (checkpoint_dir/USER/JOBID, %u): the principals' rule holds here too.
+    with cluster.client("admin") as c:
+        for user in ("../../etc", "a b", "x" * 65, "\u00e9", ".hidden", "-rf", "a/b", ""):
+            body = {"name": "x", "user": user, "role": "user"}
+            assert fields(c.post("/v1/tokens", json=body)) == {"body.user"}, user
+        for user in ("carol.b@example-1", "x" * 64, "_svc"):
+            body = {"name": "x", "user": user, "role": "user"}
+            assert c.post("/v1/tokens", json=body).status_code == 201, user
 
 
 def test_configuration_is_admin_only_versioned_and_audited(cluster: Cluster) -> None:

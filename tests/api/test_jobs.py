@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -94,19 +97,99 @@ def test_an_array_submission_counts_its_tasks(cluster: Cluster) -> None:
     assert (task["array_job_id"], task["array_task_id"]) == (array_id, 2)
 
 
+def _started(cluster: Cluster, **spec: object) -> str:
+    """A job of alice's started on n1 by a fake agent that runs jobs as this process's uid."""
+    inventory = {
+        "names": "n1",
+        "cpu_milli": 16000,
+        "memory_mib": 65536,
+        "gpus": {"model": "A100-80GB", "count": 4},
+    }
+    with cluster.client("n1") as c:
+        body = {"inventory": inventory, "facts": {"job_uid": os.geteuid()}}
+        assert c.post("/v1/agents/n1/register", json=body).status_code == 200
+    job_id = _submit(cluster, "alice", nodelist=["n1"], **spec)
+    deadline = time.monotonic() + 20
+    with cluster.client("n1") as c:
+        while time.monotonic() < deadline:
+            reply = c.post("/v1/agents/n1/sync", json={"wait_s": 1})
+            assert reply.status_code == 200, reply.text
+            launches = [j for j in reply.json()["jobs_to_start"] if j["job_id"] == job_id]
+            if launches:
+                report = {"job_id": job_id, "run": launches[0]["run"], "state": "exited"}
+                report |= {"exit_code": 0, "at": time.time()}
+                assert c.post("/v1/agents/n1/sync", json={"reports": [report]}).status_code == 200
+                return job_id
+    raise AssertionError(f"job {job_id} never reached n1")
+
+
 def test_output_is_read_by_offset(cluster: Cluster) -> None:
     out = cluster.workdir / "out-%j.txt"
     job_id = _submit(cluster, "alice", hold=True, stdout=str(out))
     with cluster.client("alice") as c:
         path = Path(c.get(f"/v1/jobs/{job_id}").json()["stdout_path"])
         assert path == cluster.workdir / f"out-{job_id}.txt"
+        problem(c.get(f"/v1/jobs/{job_id}/output"), 404)  # not started
+    job_id = _started(cluster, stdout=str(out))
+    path = cluster.workdir / f"out-{job_id}.txt"
+    with cluster.client("alice") as c:
         problem(c.get(f"/v1/jobs/{job_id}/output"), 404)  # not written yet
         path.write_text("hello\nworld\n")
         whole = c.get(f"/v1/jobs/{job_id}/output").json()
         tail = c.get(f"/v1/jobs/{job_id}/output", params={"offset": 6}).json()
         problem(c.get(f"/v1/jobs/{job_id}/output", params={"stream": "stdin"}), 422)
-    assert (whole["data"], whole["next_offset"]) == ("hello\nworld\n", 12)
+    assert (whole["data"], whole["next_offset"], whole["eof"]) == ("hello\nworld\n", 12, True)
     assert (tail["data"], tail["offset"]) == ("world\n", 6)
+
+
+def test_output_serves_no_file_the_run_did_not_write(cluster: Cluster) -> None:
+    # A file that was there before the job: the admin token of `gpufleet up`, /etc/passwd.
+    secret = cluster.workdir / "admin.token"
+    secret.write_text("the admin's secret\n")
+    os.utime(secret, (time.time() - 3600, time.time() - 3600))
+    held = _submit(cluster, "alice", hold=True, stdout=str(secret))
+    with cluster.client("alice") as c:
+        assert "not started" in problem(c.get(f"/v1/jobs/{held}/output"), 404)["detail"]
+    refused = {
+        "old": (str(secret), "not written by the job's run"),
+        "passwd": ("/etc/passwd", "not"),
+        "link": (str(cluster.workdir / "link-%j"), "not a regular file"),
+        "other": (str(cluster.workdir / "other-%j"), "not owned by the job's user"),
+    }
+    if cluster.controller.store.is_sqlite:  # its database, written all the time
+        database = str(cluster.controller.store.url.database)
+        refused["store"] = (database, "in the controller's data directory")
+    for name, (stdout, why) in refused.items():
+        job_id = _started(cluster, stdout=stdout)
+        fresh = cluster.workdir / f"fresh-{job_id}"
+        fresh.write_text("fresh\n")
+        if name == "link":
+            (cluster.workdir / f"link-{job_id}").symlink_to(fresh)
+        if name == "other":
+            other = cluster.workdir / f"other-{job_id}"
+            other.write_text("another user's\n")
+            os.chown(other, os.geteuid() + 1, os.getegid())
+        with cluster.client("alice") as c:
+            detail = problem(c.get(f"/v1/jobs/{job_id}/output"), 404)["detail"]
+        assert why in detail, (name, detail)
+        assert "secret" not in detail and "root:" not in detail
+
+
+def test_a_fifo_as_output_is_refused_at_once(cluster: Cluster) -> None:
+    fifo = cluster.workdir / "fifo"
+    os.mkfifo(fifo)
+    job_id = _started(cluster, stdout=str(fifo))
+    # Many readers at once: none may block a worker thread of the server.
+    with ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(lambda _: _output_status(cluster, job_id), range(48), timeout=30))
+    assert statuses == [404] * 48
+    with cluster.client(None) as c:
+        assert c.get("/healthz", timeout=5).status_code == 200
+
+
+def _output_status(cluster: Cluster, job_id: str) -> int:
+    with cluster.client("alice") as c:
+        return c.get(f"/v1/jobs/{job_id}/output", timeout=10).status_code
 
 
 @pytest.mark.parametrize(
@@ -126,6 +209,11 @@ def test_output_is_read_by_offset(cluster: Cluster) -> None:
         ({"qos": "nope"}, "body.qos"),
         ({"array": "5-1"}, "body.array"),
         ({"dependency": "afterok:x"}, "body.dependency"),
+        # What the agent would refuse at the start is refused at submission.
+        ({"env": {"A=B": "1"}}, "body.env"),
+        ({"env": {"": "1"}}, "body.env"),
+        ({"stdout": "%N.out"}, "body.stdout"),
+        ({"stderr": "err-%"}, "body.stderr"),
     ],
 )
 def test_bad_submissions_name_the_field(

@@ -143,3 +143,27 @@ def test_installed_entry_point_prints_no_traceback(tmp_path: Path) -> None:
         check=False,
     )
     assert_one_error_line(done.returncode, done.stdout, done.stderr, f"{bad}, row 7:")
+
+
+@pytest.mark.parametrize("user", ["../../etc", "a b", "x" * 100, "\u00e9"])
+def test_token_create_refuses_a_bad_user_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, user: str
+) -> None:
+    status = main(["token", "create", "--data", str(tmp_path), "--user", user, "--role", "user"])
+    assert_one_error_line(status, *capsys.readouterr(), "--user: must be 1-64 letters")
+
+
+def test_token_create_makes_the_store_private(tmp_path: Path) -> None:
+    old = tmp_path / "gpufleet.db"
+    old.touch(mode=0o644)  # left world-readable by an older version
+    old.chmod(0o644)
+    status = main(["token", "create", "--data", str(tmp_path), "--user", "ann", "--role", "user"])
+    assert status == 0
+    for name in ("gpufleet.db", "gpufleet.db-wal", "gpufleet.db-shm"):
+        path = tmp_path / name
+        assert not path.exists() or (path.stat().st_mode & 0o777) == 0o600, name
+    assert (old.stat().st_mode & 0o777) == 0o600
+    new = tmp_path / "new" / "data"
+    assert main(["token", "create", "--data", str(new), "--user", "ann", "--role", "user"]) == 0
+    assert (new.stat().st_mode & 0o777) == 0o700
+    assert (new / "gpufleet.db").stat().st_mode & 0o777 == 0o600

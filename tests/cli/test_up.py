@@ -84,6 +84,9 @@ def wait_file(path: Path) -> None:
 def test_up_runs_jobs_and_stops_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "data"
     out = tmp_path / "stdout.txt"
+    # Left world-readable by an older version: made private on the way up.
+    data.mkdir(mode=0o755)
+    (data / "gpufleet.db").touch(mode=0o644)
     with gpufleet_up(data, tmp_path / "up.log") as (banner, api):
         assert f"GPUFLEET_TOKEN=$(cat {data / 'admin.token'})" in banner
         assert "gpufleet submit --wrap 'echo hi'" in banner
@@ -100,6 +103,10 @@ def test_up_runs_jobs_and_stops_cleanly(tmp_path: Path) -> None:
         job_id = submit(api, job)
         assert wait_state(api, job_id) == "COMPLETED"
         assert out.read_text() == f"hi from {job_id} on local\n"
+        # The store holds job scripts and environments: only its owner reads it.
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for name in ("gpufleet.db", "gpufleet.db-wal", "gpufleet.db-shm"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
         # The time limit and a cancel, as the controller sees them.
         sleeper = {"command": ["sleep", "30"], "workdir": str(tmp_path)}
         timed = submit(api, {**sleeper, "time_limit_s": 1})

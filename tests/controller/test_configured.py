@@ -108,6 +108,55 @@ def test_an_account_not_the_users_is_refused_naming_the_field(ctl: Controller) -
     assert ctl.list_jobs(principal=bob).jobs == []
 
 
+def test_a_user_with_no_principal_entry_has_no_account_to_charge(ctl: Controller) -> None:
+    # As Slurm with AccountingStorageEnforce=associations: no association, no job.
+    carol = login(ctl, "carol")
+    for account in (None, "nlp", "vision", "nope"):
+        with pytest.raises(Forbidden) as e:
+            ctl.submit(principal=carol, spec=spec(account=account))
+        assert e.value.message.startswith("body.account: carol has no account to charge")
+    with pytest.raises(Invalid) as bad:  # an operator may charge any account that exists
+        ctl.submit(principal=ADMIN, spec=spec(account="nope"))
+    assert bad.value.field == "body.account"
+    assert ctl.submit(principal=ADMIN, spec=spec(account="nlp")).job_id
+
+
+NO_ACCOUNTS = """
+[[policy.qos]]
+name = "normal"
+
+[[policy.partitions]]
+name = "gpu"
+
+[[nodes]]
+names = "n1"
+cpu_milli = 32000
+memory_mib = 262144
+gpus = { model = "A100-80GB", count = 4 }
+"""
+
+
+def test_without_accounts_a_job_charges_the_default_and_none_other(
+    db: Database, tmp_path: Path
+) -> None:
+    path = tmp_path / "controller.toml"
+    path.write_text(NO_ACCOUNTS)
+    config = load_config(path)
+    setup = setup_from_config(config.build(str(path)), config.to_dict())
+    ctl = Controller(setup=setup, db_url=db.url, clock=ManualClock(), schema=db.schema)
+    ctl.start(loop=False)
+    try:
+        carol = login(ctl, "carol")
+        with pytest.raises(Invalid) as e:
+            ctl.submit(principal=carol, spec=spec(account="nope"))
+        assert e.value.field == "body.account"
+        job = ctl.submit(principal=carol, spec=spec()).job_id
+        assert ctl.get_job(principal=carol, job_id=job).account == "default"
+        assert ctl.submit(principal=carol, spec=spec(account="default")).job_id
+    finally:
+        ctl.stop()
+
+
 def test_a_patch_is_validated_applied_at_the_next_cycle_and_audited(ctl: Controller) -> None:
     ana = login(ctl, "ana")
     body = AgentRegister(inventory=inventory("n1"))
@@ -132,9 +181,7 @@ def test_a_patch_is_validated_applied_at_the_next_cycle_and_audited(ctl: Control
     assert ctl.list_audit(principal=ADMIN).entries[0].action == "config.patch"
 
 
-def test_a_patch_survives_a_restart_and_a_changed_file_wins(
-    db: Database, tmp_path: Path
-) -> None:
+def test_a_patch_survives_a_restart_and_a_changed_file_wins(db: Database, tmp_path: Path) -> None:
     clock = ManualClock()
     ctl = configured(db, tmp_path, clock)
     patch = {"policy": {"partitions": [{"name": "gpu"}, {"name": "big"}]}}
@@ -153,7 +200,6 @@ def test_a_patch_survives_a_restart_and_a_changed_file_wins(
         ctl.stop()
     finally:
         CONFIG = saved
-
 
 
 def test_the_sites_default_output_pattern_is_fixed_at_submission(

@@ -189,6 +189,24 @@ def test_a_lost_node_requeues_its_jobs(cluster: Cluster) -> None:
     assert out.state == "RUNNING" and out.node_list == [other]
 
 
+def test_a_node_back_from_a_lost_heartbeat_loses_the_reason(cluster: Cluster) -> None:
+    cluster.clock.advance(200)
+    cluster.sync("n2")
+    cluster.ctl.run_cycle_now()
+    reasons = {n.name: (n.state, n.reason) for n in cluster.ctl.list_nodes(principal=ADMIN)}
+    assert reasons["n1"] == ("down", "heartbeat lost")
+    cluster.sync("n1")  # back by a sync
+    n1 = {n.name: n for n in cluster.ctl.list_nodes(principal=ADMIN)}["n1"]
+    assert (n1.state, n1.reason) == ("idle", "")
+    cluster.clock.advance(200)
+    cluster.sync("n2")
+    cluster.ctl.run_cycle_now()
+    cluster.register("n1")  # back by a new agent
+    cluster.restart()  # and as stored
+    n1 = {n.name: n for n in cluster.ctl.list_nodes(principal=ADMIN)}["n1"]
+    assert n1.reason == ""
+
+
 def test_usage_counts_gpu_hours_and_exports_replayable_history(
     cluster: Cluster, tmp_path: object
 ) -> None:

@@ -74,8 +74,9 @@ class Agent:
     ``poll_s`` is how often run ends are looked for, ``max_backoff_s`` the
     longest pause between retries, ``max_wait_s`` the longest long poll (the
     heartbeat interval is used when shorter). ``telemetry`` gives the GPU
-    readings each sync carries; ``facts`` (what NVML and the host say) and
-    ``differences`` (from the declared inventory) go with each registration.
+    readings each sync carries; ``facts`` (what NVML and the host say, plus
+    ``job_uid``: the runner's, whom runs here run as) and ``differences``
+    (from the declared inventory) go with each registration.
     ``mig`` carries out the MIG changes the controller asks for (by default
     a dry run); the declared inventory then takes the new layout.
     """
@@ -104,7 +105,8 @@ class Agent:
         self._inventory = dict(inventory)
         self._gpu_uuids = list(gpu_uuids)
         self._telemetry = telemetry
-        self._facts = dict(facts or {})
+        # Whom runs here run as: the controller serves output files that account owns.
+        self._facts = {**dict(facts or {}), "job_uid": runner.job_uid}
         self._differences = list(differences)
         self._checks = checks
         self._mig = mig or MigApplier(hardware=False, enabled=False)

@@ -22,10 +22,12 @@ assigned GPU (or MIG) UUIDs: empty when none are assigned, so that a CPU
 job sees no GPU. When the agent runs as root, a run executes as its
 submitting user (which must exist on the host), unless ``same_user`` is set.
 
-A job gets ``GPUFLEET_CHECKPOINT_DIR`` (made for it here, the same directory
-for every run of the job) and ``GPUFLEET_CHECKPOINT_MARK``, a file in it
-that the job touches after each complete checkpoint: ``checkpoints`` reports
-the mark's time, which the controller's preemption cost model uses.
+A job gets ``GPUFLEET_CHECKPOINT_DIR`` (made by its supervisor, as the job's
+user, after the working directory is found: never by root through a path
+the user controls; the same directory for every run of the job) and
+``GPUFLEET_CHECKPOINT_MARK``, a file in it that the job touches after each
+complete checkpoint: ``checkpoints`` reports the mark's time, which the
+controller's preemption cost model uses.
 """
 
 from __future__ import annotations
@@ -209,6 +211,13 @@ class Runner:
                 self._active.add((job_id, int(run)))
         self.poll()
 
+    @property
+    def job_uid(self) -> int | None:
+        """The uid every run here runs as when the agent runs jobs as itself; None when
+        each run runs as its submitting user. (The controller serves a job's output
+        file only when this account, or else that user, owns it.)"""
+        return os.geteuid() if self.same_user else None
+
     # -- the agent's calls -------------------------------------------------------------
 
     def start(self, launch: JobLaunch) -> bool:
@@ -237,8 +246,8 @@ class Runner:
                 write_json(rundir / supervise.RUN_FILE, self._plan(launch, rundir))
                 if user is not None:
                     _chown_tree(rundir, user)
-                if launch.checkpoint_dir:
-                    _checkpoint_dir(Path(launch.checkpoint_dir), user)
+                if launch.checkpoint_dir and user is not None:
+                    _user_storage(launch, user)
                 self._children[key] = self._spawn(rundir, user)
             except (LaunchError, OSError) as e:
                 message = str(e) if isinstance(e, LaunchError) else f"agent: {e}"
@@ -421,6 +430,7 @@ class Runner:
             "env": job_environment(launch, self.node),
             "stdout": launch.stdout_path,
             "stderr": launch.stderr_path,
+            "checkpoint_dir": launch.checkpoint_dir,
             "time_limit_s": launch.time_limit_s,
             "kill_grace_s": launch.kill_grace_s,
             "warn_signal": warn[0] if warn else None,
@@ -528,14 +538,43 @@ def _last_line(path: Path) -> str:
     return lines[-1][:500] if lines else ""
 
 
-def _checkpoint_dir(path: Path, user: pwd.struct_passwd | None) -> None:
-    """Make the job's checkpoint directory (kept across runs), owned by its user."""
+def _user_storage(launch: JobLaunch, user: pwd.struct_passwd) -> None:
+    """Make ``DIR/USER`` of a partition's checkpoint storage ``DIR/USER/JOBID`` for a
+    run as ``user``, who may not write ``DIR``; the supervisor makes the rest as the user.
+
+    Root makes that one directory and nothing else: by ``mkdirat`` in ``DIR``,
+    then ``fchown`` of what an ``O_NOFOLLOW`` open of it finds, and only if it
+    made it; one that was there must be the user's own (a link or another's
+    directory fails the start). A checkpoint directory under the job's
+    working directory is all the user's to make.
+    """
+    path = Path(launch.checkpoint_dir)
+    parent = path.parent
+    workdir = Path(launch.workdir)
+    if parent.name != launch.user or path == workdir or workdir in path.parents:
+        return
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if user is not None:
-            os.chown(path, user.pw_uid, user.pw_gid)
+        base = os.open(parent.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                os.mkdir(parent.name, 0o700, dir_fd=base)
+                made = True
+            except FileExistsError:
+                made = False
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(parent.name, flags, dir_fd=base)
+            try:
+                owner = os.fstat(fd).st_uid
+                if made and owner == os.geteuid():
+                    os.fchown(fd, user.pw_uid, user.pw_gid)
+                elif owner != user.pw_uid:
+                    raise LaunchError(f"checkpoint directory {parent}: not owned by {user.pw_name}")
+            finally:
+                os.close(fd)
+        finally:
+            os.close(base)
     except OSError as e:
-        raise LaunchError(f"checkpoint directory {path}: {e.strerror or e}") from None
+        raise LaunchError(f"checkpoint directory {parent}: {e.strerror or e}") from None
 
 
 def _chown_tree(rundir: Path, user: pwd.struct_passwd) -> None:

@@ -13,7 +13,8 @@ The run directory holds:
 
 ``run.json``
     written by the agent before the start: argv, workdir, env, output paths,
-    time limit, kill grace, the ``--signal`` warning.
+    the checkpoint directory to make (as the job's user, once the workdir is
+    found), time limit, kill grace, the ``--signal`` warning.
 ``lock``
     an ``flock`` the agent takes before starting the supervisor and hands
     over as ``LOCK_FD``, so it is held from before the supervisor exists
@@ -123,6 +124,17 @@ def _check_dir(what: str, path: str) -> None:
         raise StartFailure(f"{what}: {path} is not a directory")
 
 
+def _checkpoint_dir(path: str) -> None:
+    """Make the job's checkpoint directory (kept across runs), as the job's user:
+    the supervisor has dropped to it, so a link the user placed leads nowhere
+    the user could not write anyway."""
+    try:
+        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise StartFailure(f"checkpoint directory {path}: {e.strerror or e}") from None
+    _check_dir(f"checkpoint directory {path}", path)
+
+
 def _open_output(stream: str, path: str) -> int:
     # Like Slurm, the directory must exist: creating it would hide a typo.
     _check_dir(f"{stream} {path}", os.path.dirname(path) or ".")
@@ -146,6 +158,8 @@ def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
     argv: list[str] = plan["argv"]
     workdir: str = plan["workdir"]
     _check_dir("workdir", workdir)
+    if plan.get("checkpoint_dir"):
+        _checkpoint_dir(plan["checkpoint_dir"])
     out = _open_output("stdout", plan["stdout"])
     err = out if plan["stderr"] == plan["stdout"] else _open_output("stderr", plan["stderr"])
     try:

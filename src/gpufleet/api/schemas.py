@@ -7,6 +7,7 @@ so that an absurd request is refused before it reaches the scheduler.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -43,6 +44,30 @@ Role = Literal["admin", "operator", "user", "node", "metrics", "alerts"]
 # A user hold: the owner's (or submitted held), which the owner may release. An admin hold:
 # an operator's or admin's, which only an operator or admin may release.
 HoldKind = Literal["user", "admin"]
+
+
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
+"""A user (principal) name: it reaches paths (``checkpoint_dir/USER/JOBID``, ``%u``)."""
+USER_NAME_RULE = "must be 1-64 letters, digits or _ . @ -, not starting with . @ or -"
+
+
+OUTPUT_PATTERNS = "jAaxu%"
+"""The ``%`` patterns of an output path: job id, array job id, array index, name, user, %."""
+_OUTPUT_PATTERN = re.compile(r"%(.?)")
+
+
+def unknown_output_pattern(path: str) -> str | None:
+    """The first ``%`` pattern of ``path`` that is not one of ``OUTPUT_PATTERNS``
+    (``"%N"``, or ``"%"`` for one at the end), or None when all are known."""
+    for match in _OUTPUT_PATTERN.finditer(path):
+        if match[1] == "" or match[1] not in OUTPUT_PATTERNS:
+            return match[0]
+    return None
+
+
+def is_user_name(value: str) -> bool:
+    """Whether ``value`` is a valid user name (``USER_NAME``), for tokens and principals."""
+    return USER_NAME.fullmatch(value) is not None
 
 
 def _nul_free(value: object) -> bool:
@@ -127,6 +152,26 @@ class JobSubmit(_Request):
     hold: bool = False
     nice: int = Field(0, ge=-10_000, le=10_000)
     request_id: str | None = Field(None, min_length=1, max_length=128)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        # What execve refuses, refused now rather than failing the job on its node.
+        for name in value:
+            if not name or "=" in name:
+                raise ValueError(f"{name!r} is not a variable name (empty, or with '=')")
+        return value
+
+    @field_validator("stdout", "stderr")
+    @classmethod
+    def _output_path(cls, value: str | None) -> str | None:
+        bad = unknown_output_pattern(value) if value else None
+        if bad is not None:
+            raise ValueError(
+                f"{bad} is not a known pattern (%j job id, %A array job id, "
+                "%a array index, %x name, %u user, %% a percent sign)"
+            )
+        return value
 
 
 class Submitted(BaseModel):

@@ -47,6 +47,7 @@ from gpufleet.api.schemas import (
     MAX_SCRIPT_BYTES,
     MAX_TIME_S,
     JobSubmit,
+    unknown_output_pattern,
 )
 from gpufleet.core.mig import unknown_profile
 
@@ -56,7 +57,6 @@ DEFAULT_NICE = 100
 DEFAULT_SIGNAL_TIME_S = 60
 CREDENTIAL_VARIABLES = frozenset({"GPUFLEET_TOKEN"})
 """Never copied into a job's environment by ``--export=ALL``: the store would keep them."""
-OUTPUT_PATTERNS = "jAaxu%"
 
 
 class SbatchError(ValueError):
@@ -225,9 +225,7 @@ def parse_dependency(text: str) -> str:
             kind = part.partition(":")[0]
             if kind in ("afterok", "afterany", "afternotok"):
                 raise _Bad(f"{part!r}: give job ids like {kind}:123:124_7")
-            raise _Bad(
-                f"{part!r}: use afterok, afterany or afternotok with job ids, or singleton"
-            )
+            raise _Bad(f"{part!r}: use afterok, afterany or afternotok with job ids, or singleton")
     return text
 
 
@@ -413,16 +411,13 @@ def parse_export(text: str, environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-_OUTPUT_PATTERN = re.compile(r"%(.?)")
-
-
 def _output_path(text: str) -> str:
-    for match in _OUTPUT_PATTERN.finditer(text):
-        if match[1] == "" or match[1] not in OUTPUT_PATTERNS:
-            raise _Bad(
-                f"%{match[1]} is not a known pattern (%j job id, %A array job id, "
-                "%a array index, %x name, %u user, %% a percent sign)"
-            )
+    bad = unknown_output_pattern(text)  # the API's own check
+    if bad is not None:
+        raise _Bad(
+            f"{bad} is not a known pattern (%j job id, %A array job id, "
+            "%a array index, %x name, %u user, %% a percent sign)"
+        )
     if not text:
         raise _Bad("an empty path")
     return text
@@ -770,8 +765,7 @@ def check_script(script: str, source: str) -> None:
         raise SbatchError(f"{source}: a binary file, not a script")
     if not script.startswith("#!"):
         raise SbatchError(
-            f"{source}: the first line must start with #! and an interpreter, "
-            "such as #!/bin/bash"
+            f"{source}: the first line must start with #! and an interpreter, such as #!/bin/bash"
         )
     if "\r\n" in script:
         raise SbatchError(f"{source}: has DOS line breaks (\\r\\n); convert it with dos2unix")

@@ -77,7 +77,7 @@ def server(
     import uvicorn
     from sqlalchemy.exc import SQLAlchemyError
 
-    from gpufleet.adapters.store.store import sqlite_url
+    from gpufleet.adapters.store.store import private_dir, sqlite_url
     from gpufleet.api.app import create_app
     from gpufleet.api.routers.agents import stop_long_polls
     from gpufleet.controller.config import ConfigError, load_config
@@ -93,7 +93,7 @@ def server(
             typer.echo(f"error: {config}: {problem}", err=True)
         raise typer.Exit(2) from None
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        private_dir(data)  # mode 0700: the store and the token files
     except OSError as e:
         fail("--data", f"{data}: {e.strerror or e}")
     sock = listen(host, port)

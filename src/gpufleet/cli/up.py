@@ -131,6 +131,7 @@ def up(
     from sqlalchemy.exc import SQLAlchemyError
 
     from gpufleet.adapters.store import Store, sqlite_url
+    from gpufleet.adapters.store.store import private_dir
     from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, nvidia_gpu_count, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
@@ -144,7 +145,7 @@ def up(
     from gpufleet.controller.tokens import issue_token
 
     try:
-        data.mkdir(parents=True, exist_ok=True)
+        private_dir(data)  # mode 0700: the store and the token files
         data = data.resolve()
         config = data / "controller.toml"
         if not config.exists():
@@ -179,20 +180,24 @@ def up(
             store.migrate()
             _secret_file(
                 data / "admin.token",
-                lambda: issue_token(
-                    store, name="up", user="admin", role="admin", node=None, now=time.time()
-                ).token,
+                lambda: (
+                    issue_token(
+                        store, name="up", user="admin", role="admin", node=None, now=time.time()
+                    ).token
+                ),
             )
             node_token = _secret_file(
                 data / "agent.token",
-                lambda: issue_token(
-                    store,
-                    name="up-agent",
-                    user=f"node-{declared.node.name}",
-                    role="node",
-                    node=declared.node.name,
-                    now=time.time(),
-                ).token,
+                lambda: (
+                    issue_token(
+                        store,
+                        name="up-agent",
+                        user=f"node-{declared.node.name}",
+                        role="node",
+                        node=declared.node.name,
+                        now=time.time(),
+                    ).token
+                ),
             )
         finally:
             store.close()

@@ -47,7 +47,6 @@ an account name would otherwise silently take a share of the cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups, pools_from_tables
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
+from gpufleet.api.schemas import USER_NAME_RULE, is_user_name, unknown_output_pattern
 from gpufleet.controller.alerts import AlertsConfig
 from gpufleet.controller.alerts import problems as alert_problems
 from gpufleet.controller.scaling import ProviderConfig
@@ -74,8 +74,6 @@ from gpufleet.policies.validation import problems as describe
 
 PrincipalRole = Literal["admin", "operator", "user"]
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
-_BAD_ESCAPE = re.compile(r"%(?:[^jAaxu%]|$)")
 _KNOWN_SHOWN = 12
 """Most known names an "unknown ..." message lists (a site may have thousands of nodes)."""
 
@@ -138,18 +136,16 @@ class ServerConfig(_Strict):
     default_stdout: str = Field(
         "slurm-%j.out", description="output path of a job that names none, from its workdir"
     )
-    default_array_stdout: str = Field(
-        "slurm-%A_%a.out", description="the same for an array task"
-    )
+    default_array_stdout: str = Field("slurm-%A_%a.out", description="the same for an array task")
 
     @field_validator("default_stdout", "default_array_stdout")
     @classmethod
     def _output_pattern(cls, value: str) -> str:
         if not value or "\0" in value:
             raise ValueError("must be a non-empty path without NUL")
-        bad = _BAD_ESCAPE.search(value)
-        if bad:
-            raise ValueError(f"unknown pattern {bad[0]!r} (known: %j %A %a %x %u %%)")
+        bad = unknown_output_pattern(value)
+        if bad is not None:
+            raise ValueError(f"unknown pattern {bad!r} (known: %j %A %a %x %u %%)")
         return value
 
     @property
@@ -171,10 +167,8 @@ class PrincipalConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _user_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(
-                "must be 1-64 letters, digits or _ . @ -, not starting with . @ or -"
-            )
+        if not is_user_name(value):
+            raise ValueError(USER_NAME_RULE)
         return value
 
     @property
@@ -433,9 +427,7 @@ def _server_problems(server: ServerConfig, policy: PolicyConfig) -> list[str]:
     return problems
 
 
-def _principal_problems(
-    principals: Sequence[PrincipalConfig], policy: PolicyConfig
-) -> list[str]:
+def _principal_problems(principals: Sequence[PrincipalConfig], policy: PolicyConfig) -> list[str]:
     accounts = [a.name for a in policy.accounts]
     problems = _duplicates("principals", (p.name for p in principals))
     for p in principals:
@@ -445,9 +437,7 @@ def _principal_problems(
     return problems
 
 
-def _with_principals(
-    policy: PolicyConfig, principals: Sequence[PrincipalConfig]
-) -> PolicyConfig:
+def _with_principals(policy: PolicyConfig, principals: Sequence[PrincipalConfig]) -> PolicyConfig:
     """The policy plus a 1-share association for each principal's unlisted, known account."""
     accounts = {a.name for a in policy.accounts}
     listed = {(u.name, u.account) for u in policy.users}

@@ -53,6 +53,7 @@ import json
 import logging
 import math
 import os
+import pwd
 import threading
 import time
 from collections import defaultdict
@@ -60,6 +61,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -117,6 +119,7 @@ from gpufleet.controller.live import (
 )
 from gpufleet.controller.loop import SchedulerLoop
 from gpufleet.controller.metrics import Observation, PoolView, SchedulerMetrics, observe
+from gpufleet.controller.output import Unreadable, read_slice
 from gpufleet.controller.readings import NodeReadings, ReadingsBoard
 from gpufleet.controller.relayout import MigOrders
 from gpufleet.controller.scaling import LiveProvider, provider
@@ -173,6 +176,8 @@ CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
 LEARNT_STATES = ("COMPLETED", "FAILED", "TIMEOUT")
 """How a job ends by itself: the runtime predictor learns from these, not from cancels."""
+HEARTBEAT_LOST = "heartbeat lost"
+"""The reason of a node marked down by silence; its agent's next registration or sync clears it."""
 HEALTH_DRAIN = "health: "
 """How a drain by the node's own health checks begins its reason (they may lift it)."""
 
@@ -185,7 +190,8 @@ class Principal:
 
     ``account`` is charged by the user's submissions that name none;
     ``accounts`` are all the accounts it may name (() with an ``account``:
-    only that one; () without: any).
+    only that one; () without: any). ``configured`` is False for a token
+    whose user has no ``[[principals]]`` entry (no account association).
     """
 
     user: str
@@ -194,6 +200,7 @@ class Principal:
     node: str | None = None
     account: str = ""
     accounts: tuple[str, ...] = ()
+    configured: bool = True
 
     @property
     def allowed_accounts(self) -> tuple[str, ...]:
@@ -227,6 +234,13 @@ class Controller:
         self.setup = setup
         self.clock: Clock = clock or WallClock()
         self.store = Store(db_url, schema=schema)
+        # Never served as a job's output: the store's directory (its database, tokens).
+        database = self.store.url.database or ""
+        self._private_dirs: tuple[Path, ...] = (
+            (Path(database).resolve().parent,)
+            if self.store.is_sqlite and database and database != ":memory:"
+            else ()
+        )
         self.writer: GroupWriter | None = None
         # Submissions hand their committed jobs over through ``_intake``; whoever
         # takes ``_lock`` next adds them first, so submit never waits for a cycle.
@@ -357,6 +371,7 @@ class Controller:
             node=row.node,
             account=spec.allowed[0] if spec and spec.allowed else "",
             accounts=spec.allowed if spec else (),
+            configured=spec is not None,
         )
 
     def create_token(
@@ -415,6 +430,42 @@ class Controller:
         changes nothing: the job is committed and scheduled all the same."""
         return await asyncio.wrap_future(self._submission(principal, spec))
 
+    def _job_account(self, principal: Principal, named: str | None) -> str:
+        """The account a submission charges; Forbidden or Invalid naming ``body.account``.
+
+        Without accounts configured every job charges the default account (or
+        its principal's) and naming another is Invalid. With them, the account must exist, and a
+        user may charge only its principal's accounts (any, for a principal
+        listing none). A user with no principal entry has no association and
+        may not submit at all, as Slurm's ``AccountingStorageEnforce=associations``;
+        operators and admins may charge any account.
+        """
+        default = self.setup.default_account
+        account = named or principal.account or default
+        tree = self.setup.accounts
+        if tree is None or len(tree) <= 1:
+            if account != default and account not in principal.allowed_accounts:
+                raise Invalid(
+                    "body.account",
+                    f"no account {account!r} (no accounts are configured; jobs charge {default!r})",
+                )
+            return account
+        if not principal.is_operator:
+            if not principal.configured:
+                raise Forbidden(
+                    f"body.account: {principal.user} has no account to charge"
+                    " (not a configured principal; ask an admin)"
+                )
+            allowed = principal.allowed_accounts
+            if allowed and account not in allowed:
+                raise Forbidden(
+                    f"body.account: {principal.user} may not charge account {account!r}"
+                    f" (its accounts: {', '.join(allowed)})"
+                )
+        if not _has_account(tree, account):
+            raise Invalid("body.account", f"no account {account!r}")
+        return account
+
     def _submission(self, principal: Principal, spec: JobSubmit) -> Future[Submitted]:
         """Check and build a submission and queue its commit (see ``submit``).
 
@@ -432,16 +483,7 @@ class Controller:
         qos = spec.qos or self._default_qos
         if qos not in self.setup.qos:
             raise Invalid("body.qos", f"no QoS {qos!r}")
-        account = spec.account or principal.account or self.setup.default_account
-        allowed = principal.allowed_accounts
-        if spec.account and allowed and account not in allowed and not principal.is_operator:
-            raise Forbidden(
-                f"body.account: {principal.user} may not charge account {account!r}"
-                f" (its accounts: {', '.join(allowed)})"
-            )
-        tree = self.setup.accounts
-        if tree is not None and len(tree) > 1 and not _has_account(tree, account):
-            raise Invalid("body.account", f"no account {account!r}")
+        account = self._job_account(principal, spec.account)
         part = self.setup.partitions[partition]
         if spec.nodelist or spec.exclude:
             check_nodes(spec, self._node_named, part)
@@ -663,22 +705,30 @@ class Controller:
     ) -> OutputChunk:
         """Read a slice of the job's output file as the controller sees it (shared filesystem).
 
-        NotFound for an unknown job or a file not (yet) there; at most
-        ``limit`` bytes (default the setup's ``output_read_limit``), decoded
-        as UTF-8 with replacement.
+        Only what the job's run wrote is served (``controller.output``): NotFound
+        for an unknown job, a job not started, or a file not (yet) there or not
+        the run's (not a regular file, another owner, older than the run, in
+        the controller's data directory). At most ``limit`` bytes (default the
+        setup's ``output_read_limit``), decoded as UTF-8 with replacement.
         """
         if offset < 0:
             raise Invalid("query.offset", "must be zero or more")
         job = self.get_job(principal=principal, job_id=job_id)
         path = job.stdout_path if stream == "stdout" else job.stderr_path
         size = limit if limit is not None else self.setup.output_read_limit
+        if job.start_time is None:
+            raise NotFound(f"job {job_id}: {stream}: the job has not started")
         try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(size)
-                at_end = handle.read(1) == b""
-        except OSError as e:
-            raise NotFound(f"job {job_id}: {stream} is not readable here: {e.strerror}") from None
+            data, at_end = read_slice(
+                path,
+                offset,
+                size,
+                owner=self._run_uid(job),
+                started=job.start_time,
+                private=self._private_dirs,
+            )
+        except Unreadable as e:
+            raise NotFound(f"job {job_id}: {stream} is not readable here: {e}") from None
         ended = job.state in TERMINAL_STATES
         return OutputChunk(
             job_id=job.job_id,
@@ -689,6 +739,19 @@ class Controller:
             data=data.decode("utf-8", errors="replace"),
             eof=ended and at_end,
         )
+
+    def _run_uid(self, job: JobOut) -> int | None:
+        """The uid the job's run ran as: its node agent's own when that agent runs jobs
+        as itself (``job_uid`` in its facts), else the job's user on this host; None
+        when neither is known."""
+        facts = self._facts.get(job.node_list[0]) if job.node_list else None
+        uid = facts.get("job_uid") if facts else None
+        if isinstance(uid, int) and not isinstance(uid, bool):
+            return uid
+        try:
+            return pwd.getpwnam(job.user).pw_uid
+        except (KeyError, UnicodeEncodeError):
+            return None
 
     def cancel_job(self, *, principal: Principal, job_id: str, reason: str = "") -> JobOut:
         """Cancel a pending job at once, or ask the agents to kill a running one.
@@ -1004,7 +1067,7 @@ class Controller:
                 "source": info.source if info else "agent",
                 "state": "up",
                 "drain": info.drain if info else False,
-                "reason": info.reason if info else "",
+                "reason": info.reason if info and info.reason != HEARTBEAT_LOST else "",
                 "registered": now,
                 "last_heartbeat": now,
             }
@@ -1040,6 +1103,8 @@ class Controller:
                 self.book.replace_node(new)
                 info.node = new
             info.inventory = dict(body.inventory)
+            if info.reason == HEARTBEAT_LOST:
+                info.reason = ""
             self._facts[node] = dict(body.facts)
             info.last_heartbeat = info.saved_heartbeat = now
             self._set_state(info, "up")
@@ -1087,9 +1152,15 @@ class Controller:
                     lambda conn: conn.execute(
                         t.nodes.update()
                         .where(t.nodes.c.name == node)
-                        .values(state="up", last_heartbeat=now)
+                        .values(
+                            state="up",
+                            last_heartbeat=now,
+                            reason="" if info.reason == HEARTBEAT_LOST else info.reason,
+                        )
                     )
                 )
+                if info.reason == HEARTBEAT_LOST:
+                    info.reason = ""
                 self._heartbeats.pop(node, None)
                 info.saved_heartbeat = now
                 self._set_state(info, "up")
@@ -1271,8 +1342,11 @@ class Controller:
             try:
                 self.setup = _keep_server(self.setup.reconfigure(row.document), self.setup, True)
             except Invalid as e:
-                log.error("stored configuration v%d no longer loads (%s); using the file",
-                          row.version, e.message)
+                log.error(
+                    "stored configuration v%d no longer loads (%s); using the file",
+                    row.version,
+                    e.message,
+                )
 
     def list_audit(
         self, *, principal: Principal, limit: int = DEFAULT_PAGE, cursor: str | None = None
@@ -1696,9 +1770,7 @@ class Controller:
                 self.fleet.adopt(name, now)
         with self.store.read() as conn:
             booting = persist.booting_nodes(conn)
-        stale = [
-            name for name, pool, at in booting if not self.fleet.restore(name, pool, int(at))
-        ]
+        stale = [name for name, pool, at in booting if not self.fleet.restore(name, pool, int(at))]
         for name in stale:
             if name not in self.fleet.members:  # not up either: nothing here will delete it
                 log.error("autoscale: node %s was booting but its pool is gone: delete it", name)
@@ -1976,11 +2048,11 @@ class Controller:
                     self.book.withdraw(end.job_id)
                 changes.append(self._end_change(live, mode, None, None, now, f"node {name} lost"))
             info.state = "down"
-            info.reason = "heartbeat lost"
+            info.reason = HEARTBEAT_LOST
             statements.append(
                 t.nodes.update()
                 .where(t.nodes.c.name == name)
-                .values(state="down", reason="heartbeat lost")
+                .values(state="down", reason=HEARTBEAT_LOST)
             )
 
     def _backstop(self, now: float, changes: list[Change]) -> None:
@@ -2017,9 +2089,7 @@ class Controller:
                 changes.append(Change(live, {"kill": kill}, [], after=escalate))
                 continue
             message = f"no report from its node within {late:g} s of its deadline"
-            changes.append(
-                self._end_change(live, mode, None, None, now, message, cleanup=kill)
-            )
+            changes.append(self._end_change(live, mode, None, None, now, message, cleanup=kill))
 
     def _hold_room(self, job: LiveJob, now: int) -> None:
         """Keep the ended run's room held in the book, for no one, until confirmed gone."""

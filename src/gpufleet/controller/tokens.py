@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from gpufleet.adapters.store import GroupWriter, Store
 from gpufleet.adapters.store import tables as t
-from gpufleet.api.schemas import Role
+from gpufleet.api.schemas import USER_NAME_RULE, Role, is_user_name
 from gpufleet.controller import persist
 from gpufleet.controller.errors import Invalid, NotFound
 from gpufleet.controller.views import TokenCreated, TokenOut
@@ -65,9 +65,12 @@ def issue_token(
 ) -> TokenCreated:
     """Create and store a token, audited as ``who``; the secret is in the result only.
 
-    Invalid (field ``body.role`` or ``body.node``) unless ``role`` is one of
+    Invalid (field ``body.user``, ``body.role`` or ``body.node``) unless ``user``
+    is a user name (``schemas.USER_NAME``, as principals), ``role`` is one of
     ``ROLES`` and ``node`` is given exactly for role ``node``.
     """
+    if not is_user_name(user):
+        raise Invalid("body.user", USER_NAME_RULE)
     if role not in ROLES:
         raise Invalid("body.role", f"must be one of {', '.join(ROLES)}")
     if (role == "node") != (node is not None):

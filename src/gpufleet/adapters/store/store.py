@@ -18,9 +18,12 @@ it if needed: tests share one database this way.
 
 from __future__ import annotations
 
+import contextlib
 import json as _json
 import operator
+import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,6 +44,33 @@ _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 def sqlite_url(data_dir: Path | str) -> str:
     """The default store URL: ``DIR/gpufleet.db``."""
     return f"sqlite:///{Path(data_dir) / 'gpufleet.db'}"
+
+
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def private_dir(path: Path) -> None:
+    """Make the data directory ``path`` (and missing parents), mode 0700, and make an
+    existing one of ours 0700: it holds the store and the token files."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    if path.stat().st_uid == os.geteuid():
+        path.chmod(PRIVATE_DIR)
+
+
+def private_database(path: Path) -> None:
+    """Create the SQLite file ``path`` mode 0600 before SQLite opens it (its ``-wal``
+    and ``-shm`` files take the database's mode), and make existing ones of ours 0600:
+    the store holds job scripts and submitting environments. A missing directory
+    is made 0700; an existing one is left as it is."""
+    path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            st = file.lstat()
+            if st.st_uid == os.geteuid() and stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+                file.chmod(PRIVATE_FILE)
 
 
 class Store:
@@ -68,8 +98,8 @@ class Store:
 
     def _sqlite_engine(self, pool_size: int) -> sa.Engine:
         database = self.url.database or ""
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        if database and database != ":memory:" and not database.startswith("file:"):
+            private_database(Path(database))
         engine = sa.create_engine(
             self.url,
             pool_size=pool_size,
