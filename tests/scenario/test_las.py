@@ -47,10 +47,15 @@ def test_queue_levels(
 
 
 def las_cycle(
-    waiting: dict[str, object], *, quantum_s: int = 300, starve_limit_s: int = 0
+    waiting: dict[str, object],
+    *,
+    quantum_s: int = 300,
+    starve_limit_s: int = 0,
+    checkpoint: int | None = 300,
 ) -> Outcome:
     sc = Scenario([node("a").gpus(4)], now=NOW, backfill="none", preemption=True)
-    sc.run(qjob("long").gpus(4).limit(90_000), start=0, on="a")
+    saved = {"checkpoint_interval_s": 300, "last_checkpoint": checkpoint}
+    sc.run(qjob("long").gpus(4).limit(90_000).with_(**saved), start=0, on="a")
     sc.submit(qjob("new").gpus(4).submit(500).with_(**waiting))
     args = LasArgs(thresholds_gpu_s=(1000,), starve_limit_s=starve_limit_s)
     profile = replace(
@@ -83,6 +88,14 @@ def test_a_job_of_an_earlier_queue_preempts_at_the_quantum(
         assert out.starts == {"new": ["a"]}
     else:
         assert out.reasons == {"new": "Resources"}
+
+
+def test_a_job_that_saved_no_checkpoint_in_this_run_is_not_stopped() -> None:
+    # Stopped now it would resume from its start: preempted at every quantum, it
+    # would never end (the replay of a 1800 s interval under a 300 s quantum).
+    out = las_cycle({}, checkpoint=None)
+    assert out.preempted == {}
+    assert out.reasons == {"new": "Resources"}
 
 
 def test_within_a_queue_jobs_keep_submission_order() -> None:

@@ -157,18 +157,35 @@ LAS = {
 
 
 @pytest.mark.parametrize("checkpoint", [1800, None])
-def test_jobs_preempted_before_any_checkpoint_stop_the_replay(checkpoint: int | None) -> None:
-    """Three jobs that each fill the node take turns: each run is stopped by a starved
-    job after a quantum, before its first checkpoint, so it starts over; without a stop
-    the replay would preempt them forever."""
+def test_las_stops_no_job_before_its_first_checkpoint(checkpoint: int | None) -> None:
+    """Three jobs that each fill the node, starved in turn: stopped at every quantum
+    before their first checkpoint they would start over forever. LAS waits for one."""
     jobs = [tj(k, 0, 3600, gpus=8, checkpoint_interval_s=checkpoint) for k in "abc"]
+    result = run(nodes(1, gpus=8), jobs, LAS)
+    runs = [(r.job.id, r.end, r.preemptions, r.lost_preemption_gpu_s) for r in result.jobs]
+    if checkpoint is None:  # never saves: never stopped, FIFO's order
+        assert runs == [("a", 3600, 0, 0), ("b", 7200, 0, 0), ("c", 10800, 0, 0)]
+    else:  # a and b are each stopped as they save at 1800, losing nothing
+        assert runs == [("a", 5400, 1, 0), ("b", 7200, 1, 0), ("c", 10800, 0, 0)]
+
+
+# Each QoS preempts the other, so the jobs take turns stopping each other, each run
+# stopped before its first checkpoint: a policy that can only lose work.
+MUTUAL = {
+    **PREEMPT,
+    "qos": [{"name": "a", "preempt": ["b"]}, {"name": "b", "preempt": ["a"]}],
+}
+
+
+def test_a_replay_that_makes_no_progress_stops() -> None:
+    jobs = [
+        tj("x", 0, 3600, gpus=8, qos="a", checkpoint_interval_s=1800),
+        tj("y", 10, 3600, gpus=8, qos="b", checkpoint_interval_s=1800),
+    ]
     with pytest.raises(NoProgress) as err:
-        run(nodes(1, gpus=8), jobs, LAS)
-    saves = "checkpoints every 1800 s" if checkpoint else "never checkpoints"
-    assert str(err.value).startswith(
-        "test: the replay makes no progress: 31 preemptions since t=0 s"
-    )
-    assert f"and {saves}, so it starts over each time" in str(err.value)
+        run(nodes(1, gpus=8), jobs, MUTUAL)
+    assert str(err.value).startswith("test: the replay makes no progress: ")
+    assert "and checkpoints every 1800 s, so it starts over each time" in str(err.value)
 
 
 def test_jobs_that_checkpoint_within_the_quantum_progress() -> None:

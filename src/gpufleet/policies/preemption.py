@@ -139,10 +139,13 @@ class AttainedServiceVictims(CheapestVictims):
 
     A running job may be stopped for a waiting one when its queue, by the
     service it has attained including the current run, comes strictly after
-    the waiting job's (a starved job counts as the first queue), and it has
-    run at least ``quantum_s`` in this run: the scheduling quantum, so jobs
-    do not swap at every cycle. Among those, the cheapest set by work lost
-    (``CheapestVictims``) makes room.
+    the waiting job's (a starved job counts as the first queue), it has run
+    at least ``quantum_s`` in this run (the scheduling quantum, so jobs do not
+    swap at every cycle), and it has saved a checkpoint in this run. Tiresias
+    suspends a job with its state; here a stopped job resumes from its last
+    checkpoint, so one stopped before its first would start over at every
+    quantum and never end (a job that does not checkpoint is never stopped).
+    Among those, the cheapest set by work lost (``CheapestVictims``) makes room.
     """
 
     NAME: ClassVar[str] = "las"
@@ -154,7 +157,7 @@ class AttainedServiceVictims(CheapestVictims):
     def allowed(self, req: PreemptionRequest, victim: RunningJob) -> bool:
         job, now = req.job, req.now
         started = victim.job.start_time if victim.job.start_time is not None else now
-        if now - started < self.quantum_s:
+        if now - started < self.quantum_s or victim.job.last_checkpoint is None:
             return False
         theirs = victim.job.gpu_seconds_attained + victim.job.gpu_milli / MILLI * (now - started)
         mine = self.args.level(np.array([job.gpu_seconds_attained]), waited([job], now))
