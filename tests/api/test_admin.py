@@ -89,6 +89,9 @@ def test_a_patch_of_a_string_for_a_bool_or_a_number_is_refused(cluster: Cluster)
             ({"predict": {"ordering": "off"}}, "policy.predict.ordering"),
             ({"predict": {"quantile": "0.9"}}, "policy.predict.quantile"),
             ({"autoscale": {"idle_s": "600"}}, "policy.autoscale.idle_s"),
+            ({"backfill": {"max_job_test": "500"}}, "policy.backfill.max_job_test"),
+            ({"ordering": {"multifactor": {"weight_age": "1000"}}}, "policy.ordering.multifactor"),
+            ({"preemption": {"enabled": "yes"}}, "policy.preemption.enabled"),
         ):
             bad = c.patch("/v1/config", json={"patch": {"policy": table}})
             problem(bad, 422)

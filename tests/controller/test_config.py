@@ -123,6 +123,12 @@ BAD = [
     ("[policy.predict]\nordering = 'off'\n", "policy.predict.ordering: must be true or false"),
     ("[policy.predict]\nquantile = '0.9'\n", "policy.predict.quantile: must be a number"),
     ("[policy.autoscale]\nidle_s = '600'\n", "policy.autoscale.idle_s: must be a whole"),
+    ("[policy.backfill]\nmax_job_test = '500'\n", "policy.backfill.max_job_test: must be"),
+    (
+        "[policy.ordering.multifactor]\nweight_age = '1000'\n",
+        "policy.ordering.multifactor.weight_age: must be a whole number",
+    ),
+    ("[policy.preemption]\nenabled = 'yes'\n", "policy.preemption.enabled: must be true"),
     (
         "[policy.predict]\nhistory = 3\nmin_history = 4\n",
         "policy.predict.min_history: 4 is more than history (3)",
@@ -303,6 +309,17 @@ def test_check_prints_one_line_per_problem(
     assert len(lines) == 2
     assert lines[0].startswith(f"error: {path}: server.interval: unknown key")
     assert lines[1].startswith(f"error: {path}: principals.a.role: must be")
+
+
+def test_check_of_a_quoted_number_is_one_line_naming_the_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "quoted.toml"
+    path.write_text(DEMO.read_text() + "\n[policy.backfill]\nmax_job_test = '500'\n")
+    assert main(["config", "check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"error: {path}: policy.backfill.max_job_test: must be a whole number\n"
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+import importlib
+from pathlib import Path
 
+import pytest
+from pydantic import BaseModel
+
+from gpufleet import policies
 from gpufleet.policies.backfill import Backfill
 from gpufleet.policies.config import PolicyError, parse_policy
 from gpufleet.policies.preemption import CheapestVictims
 from gpufleet.policies.priority import Multifactor
 from gpufleet.policies.queue import Fifo
+from gpufleet.policies.tables import StrictTable
 
 GOOD = """
 [ordering]
@@ -114,3 +120,66 @@ def test_a_mistake_names_its_key(text: str, message: str) -> None:
         parse_policy(text, "policy.toml")
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[backfill]\nmax_job_test = "500"\n', "backfill.max_job_test: must be a whole number"),
+        ("[backfill]\nwindow_s = 3600.0\n", "backfill.window_s: must be a whole number"),
+        (
+            '[ordering.multifactor]\nweight_age = "1000"\n',
+            "ordering.multifactor.weight_age: must be a whole number",
+        ),
+        (
+            '[ordering.multifactor]\nfavor_small = "yes"\n',
+            "ordering.multifactor.favor_small: must be true or false",
+        ),
+        (
+            '[ordering.multifactor.fairshare]\ndampening_factor = "2"\n',
+            "ordering.multifactor.fairshare.dampening_factor: must be a number",
+        ),
+        ('[ordering]\nqueue_depth = "100"\n', "ordering.queue_depth: must be a whole number"),
+        ('[ordering.sjf]\naging = "0.5"\n', "ordering.sjf.aging: must be a number"),
+        ('[ordering.las]\nthresholds_gpu_s = ["3600"]\n', "ordering.las.thresholds_gpu_s.1: must"),
+        ('[preemption]\nenabled = "true"\n', "preemption.enabled: must be true or false"),
+        ('[[qos]]\nname = "q"\npriority = "5"\n', "qos.q.priority: must be a whole number"),
+        ('[[partitions]]\nname = "p"\npreemptible = 1\n', "partitions.p.preemptible: must be"),
+        ('[[accounts]]\nname = "a"\nshares = "2"\n', "accounts.a.shares: must be a number"),
+    ],
+)
+def test_a_string_for_a_number_or_a_bool_is_refused(text: str, message: str) -> None:
+    # Lax pydantic would read "500" as 500 and "yes" as true: a quoting slip passes unseen.
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text, "policy.toml")
+    assert str(err.value).startswith(f"policy.toml: {message}")
+    assert "\n" not in str(err.value)
+
+
+def test_whole_numbers_for_floats_and_arrays_for_lists_are_taken() -> None:
+    text = (
+        "[ordering]\nplugin = 'las'\n[ordering.las]\nthresholds_gpu_s = [3600, 36000.5]\n"
+        "[ordering.sjf]\naging = 1\n[ordering.multifactor.fairshare]\ndampening_factor = 2\n"
+        "[preemption]\nenabled = true\nby = ['qos']\n"
+        "[[accounts]]\nname = 'a'\nshares = 2\n"
+        "[[windows]]\nname = 'night'\ndays = ['weekdays']\n"
+        "[windows.policy.preemption]\nby = ['qos']\n"
+    )
+    policy = parse_policy(text).windowed(("night",))
+    c = policy.config
+    assert c.ordering.las.thresholds_gpu_s == (3600.0, 36000.5)
+    assert c.ordering.sjf.aging == 1.0
+    assert c.preemption.by == ("qos",)
+    assert c.accounts[0].shares == 2.0
+
+
+def test_every_policy_table_model_is_strict() -> None:
+    """Every pydantic model of ``policies`` derives from the one strict base."""
+    package = Path(policies.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        name = ".".join(("gpufleet", *path.relative_to(package.parent).with_suffix("").parts))
+        module = importlib.import_module(name.removesuffix(".__init__"))
+        for value in vars(module).values():
+            ours = isinstance(value, type) and value.__module__ == module.__name__
+            if ours and issubclass(value, BaseModel):
+                assert issubclass(value, StrictTable), value

@@ -17,18 +17,25 @@ QOS_KEYS = (
 )
 
 POLICY_CASES = [
-    ("nvme = 1", "policy: nvme: unknown key (known: ordering, placement, backfill, preemption, "
-     "qos, partitions, accounts, users, reservations, predict, mig, windows, autoscale)"),
+    (
+        "nvme = 1",
+        "policy: nvme: unknown key (known: ordering, placement, backfill, preemption, "
+        "qos, partitions, accounts, users, reservations, predict, mig, windows, autoscale)",
+    ),
     ("[[qos]]\nname = 'fast'\nnvme = 1", f"policy: qos.fast.nvme: unknown key (known: {QOS_KEYS})"),
     ("[[partitions]]\nname = 'gpu'\nnodes = 'a'", "policy: partitions.gpu.nodes: must be a list"),
     ("[[qos]]\npriority = 1", "policy: qos.1.name: required"),
     ("[[qos]]\nname = 'x'\npriority = 'high'", "policy: qos.x.priority: must be a whole number"),
-    ("[[qos]]\nname = 'x'\npriority = -1",
-     "policy: qos.x.priority: must be greater than or equal to 0"),
+    (
+        "[[qos]]\nname = 'x'\npriority = -1",
+        "policy: qos.x.priority: must be greater than or equal to 0",
+    ),
     ("[[accounts]]\nname = 'a'\nshares = 'lots'", "policy: accounts.a.shares: must be a number"),
     ("[preemption]\nenabled = 'maybe'", "policy: preemption.enabled: must be true or false"),
-    ("[ordering]\nplugin = 'lifo'",
-     "policy: ordering.plugin: must be 'fifo', 'multifactor', 'sjf' or 'las'"),
+    (
+        "[ordering]\nplugin = 'lifo'",
+        "policy: ordering.plugin: must be 'fifo', 'multifactor', 'sjf' or 'las'",
+    ),
     ("ordering = 3", "policy: ordering: must be a table"),
     ("[placement]\nplugin = 3", "policy: placement.plugin: must be a string"),
 ]
@@ -51,6 +58,16 @@ PROFILE_CASES = [
     ({"mig": {"repartition": "yes"}}, "mig.repartition: must be true or false"),
     ({"predict": {"quantile": "0.9"}}, "predict.quantile: must be a number"),
     ({"predict": {"history": 2, "min_history": 3}}, "predict.min_history: 3 is more than"),
+    ({"sim": {"interval_s": "60"}}, "sim.interval_s: must be a whole number"),
+    ({"sim": {"oracle_limits": "yes"}}, "sim.oracle_limits: must be true or false"),
+    ({"backfill": {"max_job_test": "500"}}, "backfill.max_job_test: must be a whole number"),
+    (
+        {
+            "sim": {"time_origin": "epoch"},
+            "windows": [{"name": "night", "policy": {"backfill": {"max_job_test": "5"}}}],
+        },
+        "windows.night.policy.backfill.max_job_test: must be a whole number",
+    ),
 ]
 
 

@@ -78,6 +78,7 @@ def test_compare_runs_profiles_side_by_side(
         (["--trace", TRACE, "--cluster", "/no/nodes.csv"], "no such file"),
         (["--trace", TRACE, "--profile", "BAD"], "ordering.plugin"),
         (["--trace", TRACE, "--profile", "SIM"], "sim.interval_s"),
+        (["--trace", TRACE, "--profile", "STR"], "backfill.max_job_test: must be a whole"),
         (["--trace", TRACE, "--profile", "/no/p.toml"], "p.toml: no such file"),
     ],
 )
@@ -87,6 +88,7 @@ def test_bad_input_is_one_line_and_exit_2(
     files = {
         "BAD": policy(tmp_path, "bad", '[ordering]\nplugin = "random"\n'),
         "SIM": policy(tmp_path, "sim", "[sim]\ninterval_s = -1\n"),
+        "STR": policy(tmp_path, "str", '[backfill]\nmax_job_test = "500"\n'),
     }
     args = [str(files.get(a, a)) for a in args]
     if "--cluster" not in args:

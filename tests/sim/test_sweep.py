@@ -218,3 +218,30 @@ def test_file_paths_travel_as_absolute_paths(
     )
     # names that are not files (the bundled cluster, generator options) pass unchanged
     assert absolute_paths("openb", SMALL) == ("openb", SMALL)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+ELASTIC = str(ROOT / "examples" / "elastic-cluster.toml")
+AUTOSCALE = {
+    "profile": str(ROOT / "examples" / "autoscale.toml"),
+    "grid": {"autoscale.idle_s": [300, 1800]},
+}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sweep_over_an_elastic_cluster_grows_its_pools(workers: int) -> None:
+    # The cluster file has no fixed nodes, only a pool: without its [[pools]] every job
+    # would be unschedulable and no node created. Two workers read the file themselves.
+    spec = spec_from_dict(AUTOSCALE, Path("."))
+    trace = "synthetic:n_jobs=30,seed=1,gpus_total=16,max_duration_s=3600"
+    runs = run_grid(ELASTIC, trace, spec, workers=workers)
+    assert [r.settings for r in runs] == [{"autoscale.idle_s": 300}, {"autoscale.idle_s": 1800}]
+    for r in runs:
+        assert r.summary["pool_nodes_created"] > 1
+        assert r.summary["jobs"] == 30
+
+
+def test_a_sweep_point_capping_a_pool_the_cluster_lacks_fails_before_any_run() -> None:
+    spec = spec_from_dict({**AUTOSCALE, "grid": {"autoscale.max_nodes.ghost": [1]}}, Path("."))
+    with pytest.raises(GridError, match=r"^grid point autoscale\.max_nodes\.ghost=1: .*ghost"):
+        run_grid(ELASTIC, SMALL, spec)

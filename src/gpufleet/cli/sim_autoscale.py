@@ -34,7 +34,7 @@ from gpufleet.sim.autoscale import (
     settings,
     write_curve,
 )
-from gpufleet.sim.cluster import load_elastic_arg
+from gpufleet.sim.cluster import load_inputs
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import (
     ProfileError,
@@ -43,7 +43,6 @@ from gpufleet.sim.profile import (
     profile_from_dict,
     replay,
 )
-from gpufleet.sim.traces import load_trace
 
 MAX_SETTINGS = 100
 
@@ -96,14 +95,9 @@ def register(app: typer.Typer) -> None:
             _fail(f"--idle x --pending: more than {MAX_SETTINGS} settings")
         try:
             p = load_profile(profile) if profile else default_profile()
-            nodes, pools = load_elastic_arg(cluster)
-            if not pools:
-                _fail(f"--cluster: {cluster} declares no [[pools]]")
             if out is not None:
                 check_out_dir(out)
-            jobs = load_trace(trace)
-            if not jobs:
-                raise TraceError(trace, None, None, "holds no jobs")
+            nodes, pools, jobs = load_inputs(cluster, trace, elastic=True)
             base = p.policy.config.autoscale or AutoscaleArgs()
             points = [point(FIXED, None, replay(nodes, jobs, p, pools=fixed(pools)))]
             for args in settings(idle_s, pending_s, base):

@@ -18,9 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.sim_run import ClusterOpt, JsonOpt, SingleValueCommand, TraceOpt, load_inputs
+from gpufleet.cli.sim_run import ClusterOpt, JsonOpt, SingleValueCommand, TraceOpt
 from gpufleet.core.model import InvalidSpec
 from gpufleet.policies.config import overlay
+from gpufleet.sim.cluster import load_inputs
 from gpufleet.sim.openb import TraceError
 from gpufleet.sim.prediction import prediction_error
 from gpufleet.sim.profile import (

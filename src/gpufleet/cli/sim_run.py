@@ -27,9 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 from typer.core import TyperCommand, TyperOption
 
-from gpufleet.core.model import InvalidSpec, Node
-from gpufleet.core.pools import NodePool
-from gpufleet.sim.cluster import load_elastic_arg
+from gpufleet.core.model import InvalidSpec
+from gpufleet.sim.cluster import load_inputs
 from gpufleet.sim.driver import SimResult
 from gpufleet.sim.htmlreport import write_report
 from gpufleet.sim.labels import NOT_MEASURED_NOTE, SUMMARY_ROWS
@@ -51,7 +50,6 @@ from gpufleet.sim.profile import (
     ordering_warning,
     replay,
 )
-from gpufleet.sim.traces import TraceJob, load_trace
 
 ClusterOpt = Annotated[
     str,
@@ -141,17 +139,6 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int, int], None]]:
                 bar.update(task, completed=done)
 
         yield update
-
-
-def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[NodePool], list[TraceJob]]:
-    """What ``--cluster`` and ``--trace`` give a replay: the nodes, the cluster file's
-    pools and the trace's jobs. Raises the loaders' one-line errors; a trace without
-    jobs is one."""
-    nodes, pools = load_elastic_arg(cluster)
-    jobs = load_trace(trace)
-    if not jobs:
-        raise TraceError(trace, None, None, "holds no jobs")
-    return nodes, pools, jobs
 
 
 def _replay_all(

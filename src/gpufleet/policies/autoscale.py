@@ -46,7 +46,7 @@ from itertools import islice
 from typing import Annotated, ClassVar, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpufleet.core.constraints import node_mask
 from gpufleet.core.cycle import NodeMask
@@ -57,17 +57,15 @@ from gpufleet.core.plan import NODE_NOT_AVAIL, PRIORITY, RESOURCES
 from gpufleet.core.pools import NodePool
 from gpufleet.core.state import ClusterState
 from gpufleet.policies.placement.fit import FirstFit
+from gpufleet.policies.tables import StrictTable
 
 CAPACITY_REASONS = frozenset({RESOURCES, PRIORITY, NODE_NOT_AVAIL})
 """Pending reasons that more nodes may cure (ReqNodeNotAvail: no node up could ever
 hold it, as with an empty pool); limits, holds and dependencies are not."""
 
 
-class AutoscaleArgs(BaseModel):
+class AutoscaleArgs(StrictTable):
     """The ``[autoscale]`` table (module docstring)."""
-
-    # strict: "yes" or "60" in a file or a patch is a mistake, not a bool or a number
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     policy: Literal["demand"] = "demand"
     pending_s: int = Field(120, ge=0, description="a job must wait this long to count as demand")
@@ -162,9 +160,7 @@ class DemandScaler:
         for name, more in self._demand(view, ripe, count).items():
             create[name] = max(create[name], more)
         step = self.args.max_step
-        create = {
-            name: min(n, step) if step else n for name, n in create.items() if n > 0
-        }
+        create = {name: min(n, step) if step else n for name, n in create.items() if n > 0}
         delete, idle_wake = self._idle(view, count, set(create))
         wakes = [w.since + self.args.pending_s for w in due if w not in ripe]
         if idle_wake is not None:

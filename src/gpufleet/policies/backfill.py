@@ -44,13 +44,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpufleet.core.timeline import WillRun
+from gpufleet.policies.tables import StrictTable
 
 
-class BackfillArgs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class BackfillArgs(StrictTable):
     mode: Literal["easy", "conservative", "none"] = "easy"
     window_s: int = Field(default=86_400, gt=0)
     resolution_s: int = Field(default=60, gt=0)

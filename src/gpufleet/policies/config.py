@@ -76,7 +76,7 @@ import tomllib
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypeGuard
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile
@@ -100,6 +100,7 @@ from gpufleet.policies.priority import (
 from gpufleet.policies.queue import Fifo
 from gpufleet.policies.registry import PLACEMENT, placement_profile
 from gpufleet.policies.reservations import Reservations
+from gpufleet.policies.tables import StrictTable
 from gpufleet.policies.validation import first_problem
 from gpufleet.policies.windows import WindowConfig
 
@@ -108,11 +109,7 @@ class PolicyError(ValueError):
     """A policy file that cannot be used; the message names the file and the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class OrderingConfig(_Strict):
+class OrderingConfig(StrictTable):
     plugin: Literal["fifo", "multifactor", "sjf", "las"] = "multifactor"
     queue_depth: int = Field(0, ge=0, description="jobs a cycle considers (default_queue_depth)")
     multifactor: MultifactorArgs = Field(default_factory=MultifactorArgs)
@@ -120,7 +117,7 @@ class OrderingConfig(_Strict):
     sjf: SjfArgs = Field(default_factory=SjfArgs)
 
 
-class PlacementConfig(_Strict):
+class PlacementConfig(StrictTable):
     plugin: str = "best-fit"
 
     @field_validator("plugin")
@@ -131,7 +128,7 @@ class PlacementConfig(_Strict):
         return value
 
 
-class PreemptionConfig(_Strict):
+class PreemptionConfig(StrictTable):
     enabled: bool = False
     plugin: Literal["tier", "las"] = Field(
         "tier", description="tier: by QoS and partition tier; las: by attained service"
@@ -144,7 +141,7 @@ class PreemptionConfig(_Strict):
     quantum_s: int = Field(60, gt=0, description="las: a victim's least run before preemption")
 
 
-class QosConfig(_Strict):
+class QosConfig(StrictTable):
     name: str
     priority: int = Field(0, ge=0)
     preempt: tuple[str, ...] = ()
@@ -159,7 +156,7 @@ class QosConfig(_Strict):
     max_wall_s: int = Field(0, ge=0)
 
 
-class PartitionConfig(_Strict):
+class PartitionConfig(StrictTable):
     name: str
     nodes: tuple[str, ...] = ()
     pools: tuple[str, ...] = ()
@@ -183,21 +180,21 @@ class PartitionConfig(_Strict):
         return value
 
 
-class AccountConfig(_Strict):
+class AccountConfig(StrictTable):
     name: str
     parent: str = "root"
     shares: float = 1.0
     priority: int | None = None
 
 
-class UserConfig(_Strict):
+class UserConfig(StrictTable):
     name: str
     account: str
     shares: float | Literal["parent"] = 1.0  # "parent": Slurm's FairShare=parent
     priority: int | None = None
 
 
-class ReservationConfig(_Strict):
+class ReservationConfig(StrictTable):
     name: str
     start: int
     end: int
@@ -208,7 +205,7 @@ class ReservationConfig(_Strict):
     maintenance: bool = False
 
 
-class PolicyConfig(_Strict):
+class PolicyConfig(StrictTable):
     ordering: OrderingConfig = Field(default_factory=OrderingConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     backfill: BackfillArgs | None = None

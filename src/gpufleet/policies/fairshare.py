@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpufleet.core.accounts import AccountTree, AccountUsage, FloatArray, IntArray
 from gpufleet.core.job import QoS, RunningJob
 from gpufleet.core.model import MILLI
 from gpufleet.core.state import ClusterState
+from gpufleet.policies.tables import StrictTable
 
 DAY_S = 86_400
 
@@ -42,10 +43,8 @@ DAY_S = 86_400
 _TIE_REL = 1e-9
 
 
-class FairshareArgs(BaseModel):
+class FairshareArgs(StrictTable):
     """Fairshare settings, with Slurm's name for each in its description."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     algorithm: Literal["fair_tree", "classic"] = Field(
         "fair_tree",

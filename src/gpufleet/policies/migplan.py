@@ -46,13 +46,14 @@ from dataclasses import replace
 from functools import cache
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpufleet.core import mig as migmod
 from gpufleet.core.model import InvalidSpec, Node
 from gpufleet.core.plan import NODE_NOT_AVAIL, PRIORITY, RESOURCES, Layout, Plan, Relayout
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import BoolArray, ClusterState, IntArray
+from gpufleet.policies.tables import StrictTable
 
 GpuKey = tuple[int, int]
 """A GPU as (node index, GPU index)."""
@@ -64,11 +65,8 @@ WAITING = frozenset((RESOURCES, PRIORITY, NODE_NOT_AVAIL))
 """Pending reasons of jobs that a re-cut GPU could serve."""
 
 
-class MigArgs(BaseModel):
+class MigArgs(StrictTable):
     """The ``[mig]`` table: whether idle MIG GPUs are re-cut, and how often at most."""
-
-    # strict: "yes" or "60" in a file or a patch is a mistake, not a bool or a number
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     repartition: bool = Field(False, description="re-cut idle MIG-capable GPUs for what waits")
     min_interval_s: int = Field(
@@ -78,8 +76,9 @@ class MigArgs(BaseModel):
         60, ge=0, description="how long a change keeps the GPU from work (the simulator's)"
     )
     drain: bool = Field(
-        False, description="also drain busy MIG GPUs for a change: their free instances "
-        "take no new work, and the change begins once their runs end"
+        False,
+        description="also drain busy MIG GPUs for a change: their free instances "
+        "take no new work, and the change begins once their runs end",
     )
 
 

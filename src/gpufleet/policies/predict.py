@@ -57,16 +57,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from gpufleet.core.job import Job
+from gpufleet.policies.tables import StrictTable
 
 
-class PredictArgs(BaseModel):
+class PredictArgs(StrictTable):
     """The ``[predict]`` table: where estimates are used, and how they are made."""
-
-    # strict: "yes" or "0.9" in a file or a patch is a mistake, not a bool or a number
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     ordering: bool = Field(
         True, description="sjf ranks jobs by their estimates (else by their limits)"

@@ -27,7 +27,7 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gpufleet.core.accounts import AccountTree, AccountUsage, FloatArray, IntArray
 from gpufleet.core.columns import Rows, subset
@@ -36,17 +36,16 @@ from gpufleet.core.model import MILLI
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.policies.fairshare import DAY_S, FairshareArgs
 from gpufleet.policies.fairshare import factors as fairshare_factors
+from gpufleet.policies.tables import StrictTable
 
 
-class MultifactorArgs(BaseModel):
+class MultifactorArgs(StrictTable):
     """Weights and settings of the multifactor priority, with Slurm's names.
 
     Weights are integers, zero or more, as in slurm.conf. Slurm's defaults are
     all 0 (every job ties and the queue is FIFO); these defaults let QoS
     dominate, then fairshare, then age, which suits a shared GPU cluster.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     weight_age: int = Field(1_000, ge=0, description="PriorityWeightAge")
     weight_fairshare: int = Field(10_000, ge=0, description="PriorityWeightFairshare")
@@ -301,10 +300,8 @@ class Multifactor:
         return fs[codes[rows]], assoc[codes[rows]]
 
 
-class SjfArgs(BaseModel):
+class SjfArgs(StrictTable):
     """Shortest job first's settings (``[ordering.sjf]``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     aging: float = Field(
         0.0,
@@ -343,7 +340,7 @@ class ShortestJobFirst:
         return self.args.aging * np.maximum(now - submit, 0) - runtime
 
 
-class LasArgs(BaseModel):
+class LasArgs(StrictTable):
     """Tiresias' discretised 2D-LAS (Gu et al., NSDI'19): queues by attained GPU-seconds.
 
     With no thresholds the ordering is continuous LAS (least attained first);
@@ -353,8 +350,6 @@ class LasArgs(BaseModel):
     waited ``starve_limit_s`` since it last entered the queue goes to the
     first queue (the paper's STARVELIMIT), so long jobs cannot starve.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     thresholds_gpu_s: tuple[float, ...] = Field(
         (), description="Queue thresholds in attained GPU-seconds, strictly increasing."

@@ -38,7 +38,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from gpufleet.policies.tables import StrictTable
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 GROUPS = {"weekdays": DAYS[:5], "weekends": DAYS[5:]}
@@ -54,10 +56,8 @@ def _minutes(text: str) -> int:
     return int(m[1]) * 60 + int(m[2])
 
 
-class WindowConfig(BaseModel):
+class WindowConfig(StrictTable):
     """One ``[[windows]]`` entry."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
     days: tuple[str, ...] = ("weekdays", "weekends")

@@ -87,7 +87,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gpufleet.core.accounts import ROOT, Account, AccountTree, User
 from gpufleet.core.cycle import SchedulingProfile, Snapshot, beyond_cut, run_cycle
@@ -104,6 +104,7 @@ from gpufleet.engine.ledger import UsageLedger
 from gpufleet.policies.autoscale import Autoscaler
 from gpufleet.policies.fairshare import FairshareArgs
 from gpufleet.policies.migplan import recut_for
+from gpufleet.policies.tables import StrictTable
 from gpufleet.policies.windows import WindowSwitch
 from gpufleet.sim.autoscale import SimProvider
 from gpufleet.sim.events import Event, EventQueue, Kind
@@ -140,10 +141,8 @@ def default_qos(*, preempt: bool) -> dict[str, QoS]:
     }
 
 
-class SimConfig(BaseModel):
+class SimConfig(StrictTable):
     """The driver's settings (the ``[sim]`` table of a policy file)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     interval_s: int = Field(60, ge=0, description="periodic cycle while jobs wait; 0: none")
     min_gap_s: int = Field(

@@ -36,19 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
-from gpufleet.core.model import InvalidSpec, Node
-from gpufleet.sim.cluster import load_cluster_arg
+from gpufleet.core.model import InvalidSpec
+from gpufleet.sim.cluster import load_inputs
 from gpufleet.sim.metrics import summarize
-from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import (
     ProfileError,
+    check_pools,
     ordering_warning,
     profile_from_dict,
     read_profile,
     replay,
     with_bases,
 )
-from gpufleet.sim.traces import TraceJob, absolute_spec, load_trace
+from gpufleet.sim.traces import absolute_spec
 
 RAY_MISSING = "--ray needs the 'ray' extra: pip install 'gpufleet[ray]'"
 
@@ -168,23 +168,14 @@ def _base(profile: object, root: Path) -> dict[str, Any]:
         raise GridError(f"profile: {e}") from None
 
 
-@functools.lru_cache(maxsize=1)
-def load_inputs(cluster: str, trace: str) -> tuple[list[Node], list[TraceJob]]:
-    """The cluster (``"openb"``, a cluster file or a node list CSV) and the trace.
-
-    Cached, so a worker process reads them once however many points it runs.
-    Raises ``TraceError`` or ``InvalidSpec`` on bad files.
-    """
-    nodes = load_cluster_arg(cluster)
-    jobs = load_trace(trace)
-    if not jobs:
-        raise TraceError(trace, None, None, "holds no jobs")
-    return nodes, jobs
+# ``sim.cluster.load_inputs`` (nodes, a cluster file's pools, jobs) cached, so a worker
+# process reads them once however many points it runs.
+_inputs = functools.lru_cache(maxsize=1)(load_inputs)
 
 
 def ordering_warnings(cluster: str, trace: str, spec: SweepSpec) -> list[str]:
     """``profile.ordering_warning`` of each grid point that has one, in grid order."""
-    _, jobs = load_inputs(*absolute_paths(cluster, trace))
+    _, _, jobs = _inputs(*absolute_paths(cluster, trace))
     warnings = []
     for settings in spec.points():
         profile = profile_from_dict(spec.profile_data(settings), point_name(settings))
@@ -202,9 +193,10 @@ def run_point(cluster: str, trace: str, data: dict[str, Any], name: str) -> dict
     one-argument constructor survives pickling (``TraceError``'s does not).
     """
     try:
-        nodes, jobs = load_inputs(cluster, trace)
+        nodes, pools, jobs = _inputs(cluster, trace)
         profile = profile_from_dict(data, name)
-        return summarize(replay(nodes, jobs, profile), profile.config.deadline_factor)
+        result = replay(nodes, jobs, profile, pools=pools)
+        return summarize(result, profile.config.deadline_factor)
     except (ValueError, InvalidSpec) as e:
         raise GridError(f"{name}: {e}") from None
 
@@ -234,15 +226,22 @@ def run_grid(
     """Replay every grid point; the runs come back in grid order.
 
     Reads the cluster and trace here first, so bad files fail before any
-    run. Without ``ray_address`` the points run on up to ``workers``
+    run, as does a point whose ``[autoscale]`` caps a pool the cluster lacks
+    (``profile.check_pools``). Workers read the cluster file themselves, its
+    ``[[pools]]`` with it. Without ``ray_address`` the points run on up to ``workers``
     processes (in this process when that is one); with it, each point is a
     task on the Ray cluster at that address (``"local"`` starts one here).
     ``on_done`` hears the count of finished points as they finish.
     """
     cluster, trace = absolute_paths(cluster, trace)
-    load_inputs(cluster, trace)
+    _, pools, _ = _inputs(cluster, trace)
     points = spec.points()
     tasks = [(cluster, trace, spec.profile_data(s), point_name(s)) for s in points]
+    for _, _, data, name in tasks:
+        try:
+            check_pools(profile_from_dict(data, name), pools)
+        except ProfileError as e:
+            raise GridError(f"grid point {name}: {e}") from None
     if ray_address is not None:
         summaries = _on_ray(ray_address, tasks, on_done)
     else:

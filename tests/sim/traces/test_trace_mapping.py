@@ -239,6 +239,33 @@ def test_a_constant_fills_a_missing_column(tmp_path: Path) -> None:
     assert (job.request.gpus, job.preemptible) == (2, True)
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("priority_class=urgent", "priority_class: must be one of high, normal, low, got 'urgent'"),
+        ("preemptible=maybe", "preemptible: 'maybe' is not true/false"),
+        ("gpus=two", "gpus: 'two' is not a whole number"),
+        ("time_limit_s=0", "time_limit_s: must be 1 or more, got 0"),
+        ("gpu_models=Z100", "gpu_models: unknown GPU model 'Z100' (known: "),
+    ],
+)
+def test_a_bad_constant_is_one_option_problem(tmp_path: Path, option: str, message: str) -> None:
+    """The same value in every row: the option is wrong, not each row of the file."""
+    path = write(tmp_path, "submit_time,duration_s\n0,5\n9,5\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(f"generic:{path},constants.{option}")
+    assert str(err.value).startswith(f"generic trace option: constants.{message}")
+    assert "row" not in str(err.value)
+
+
+def test_a_bad_priority_class_column_is_a_row_problem(tmp_path: Path) -> None:
+    path = write(tmp_path, "submit_time,duration_s,gpus,priority_class\n0,5,1,high\n9,5,1,top\n")
+    with pytest.raises(TraceError) as err:
+        load_generic(path)
+    expected = "priority_class: must be one of high, normal, low, got 'top'"
+    assert str(err.value) == f"{path}, row 3: {expected}"
+
+
 def test_labels_survive_the_history_file(fixture: Fixture, tmp_path: Path) -> None:
     jobs = load_trace(f"generic:{fixture('mapped.csv')},spec={fixture('mapped.toml')}")
     dump_history(tmp_path / "past.jsonl", jobs)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpufleet.core.fragmentation import (
     GPU,
@@ -35,9 +35,10 @@ from gpufleet.core.model import Request
 from gpufleet.core.placement import FloatArray, PlacementContext
 from gpufleet.core.state import ClusterState
 from gpufleet.core.workload import or_typical
+from gpufleet.policies.tables import StrictTable
 
 
-class FragmentationArgs(BaseModel):
+class FragmentationArgs(StrictTable):
     """How fragmentation is measured and scored.
 
     ``memory``: a task type also needs its host memory to fit (the paper
@@ -61,7 +62,6 @@ class FragmentationArgs(BaseModel):
     for the places of GPU types they take.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     memory: bool = False
     fit_weight: float = Field(1.0, ge=0)
     capacity_weight: float = Field(0.0, ge=0)

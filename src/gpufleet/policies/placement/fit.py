@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from gpufleet.core.placement import FloatArray, PlacementContext
+from gpufleet.policies.tables import StrictTable
 
 
 class FirstFit:
@@ -41,8 +41,7 @@ class BestFit:
         return -(node_left * 1001.0 + gpu_left + cpu_share)
 
 
-class AllocationArgs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class AllocationArgs(StrictTable):
     strategy: Literal["most", "least"] = "most"
 
 
@@ -90,8 +89,7 @@ class DotProduct:
         return -dot
 
 
-class RandomArgs(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class RandomArgs(StrictTable):
     seed: int = 0
 
 

@@ -41,7 +41,7 @@ def table_rows(
             yield reader.line_num, {k: v.strip() for k, v in row.items()}
 
 
-def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> int:
+def count(path: Path | str, line: int | None, field: str, text: str, *, minimum: int = 0) -> int:
     """A whole number of at least ``minimum``."""
     try:
         value = int(text)
@@ -55,8 +55,8 @@ def count(path: Path, line: int, field: str, text: str, *, minimum: int = 0) -> 
 
 
 def seconds(
-    path: Path,
-    line: int,
+    path: Path | str,
+    line: int | None,
     field: str,
     text: str,
     *,

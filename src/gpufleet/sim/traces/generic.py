@@ -34,7 +34,9 @@ field                       meaning
 A column no field takes is kept in the job's ``labels``. One that looks like
 a misspelt field the file does not otherwise give (``gpu`` for ``gpus``) is
 refused, since its values would be lost. Every problem of the file is
-reported at once (``TraceProblems``), each naming the file, row and column.
+reported at once (``TraceProblems``), each naming the file, row and column;
+a bad constant is one problem naming its option (``constants.FIELD``), before
+any row is read.
 A ``.parquet`` file holds the same columns; reading it needs pyarrow, which
 gpufleet does not install, and its rows count from 1 without a header.
 """
@@ -64,6 +66,7 @@ from gpufleet.sim.traces.record import (
     by_submit,
     follow_problems,
     gpu_share,
+    priority_class_problem,
     whole_gpus,
 )
 
@@ -206,6 +209,7 @@ def load_generic(
     header, rows, problems = _parquet_table(path) if path.suffix == ".parquet" else _csv_table(path)
     reader = _Reader(path, options, header)
     reader.check_header()
+    reader.check_constants()
     for error in problems:
         reader.problems.add(error)
     if keep is not None:
@@ -331,15 +335,25 @@ class _Reader:
         close = difflib.get_close_matches(field, list(lowered), 1, 0.6)
         return f"; map one with columns.{field}={lowered[close[0]]}" if close else ""
 
+    def check_constants(self) -> None:
+        """Read the constants alone, as a row without cells: a bad one, the same in every
+        row, is one problem naming the option rather than one per row. Raise them."""
+        self.parse(_Constants(self), 0)
+        self.raise_problems()
+
     def raise_problems(self) -> None:
         if self.problems:
             raise self.problems
 
     def row(self, number: int, line: int, cells: Mapping[str, str]) -> _Parsed | None:
         """The row's job at submit time 0 (``finish`` places it), or None after noting problems."""
+        found = self.parse(_Row(self, line, cells), number)
+        return None if found is None else _Parsed(line, *found)
+
+    def parse(self, r: _Row, number: int) -> tuple[float, dict[str, Any]] | None:
+        """The submit time and the other fields ``r`` gives, or None after noting problems."""
         before = len(self.problems)
         o = self.options
-        r = _Row(self, line, cells)
         if not r.text("submit_time"):
             r.fail("submit_time", "empty: every job needs a submit time")
         submit = r.instant("submit_time")
@@ -351,9 +365,17 @@ class _Reader:
             r.fail("mig_profile", problem)
         listed = r.text("gpu_models")
         models = frozenset(filter(None, (m.strip() for m in listed.split("|")))) if listed else _ANY
+        for model in models:
+            try:
+                gpu_memory_mib(model, "gpu_models")
+            except InvalidSpec as e:
+                r.fail("gpu_models", e.reason)
         preemptible = _BOOLEANS.get(r.text("preemptible").lower() or "false")
         if preemptible is None:
             r.fail("preemptible", f"{r.text('preemptible')!r} is not true/false")
+        priority_class = r.text("priority_class") or "normal"
+        if problem := priority_class_problem(priority_class):
+            r.fail("priority_class", problem)
         cpu_milli = r.scaled("cpu_milli", o.units.cpu_milli, CPU_UNITS, round)
         memory_mib = r.scaled("memory_mib", o.units.memory_mib, MEMORY_UNITS, math.ceil)
         nodes = r.count("nodes", 1)
@@ -362,12 +384,12 @@ class _Reader:
         checkpoint = r.seconds("checkpoint_interval_s", minimum=1)
         think = r.seconds("think_s", minimum=0)
         gpu_milli = r.count("gpu_milli", gpu_milli)
-        if len(self.problems) > before or submit is None or duration is None:
+        # The probe ends here: a request of the constants alone, without a row's cells,
+        # would fail for what the row gives.
+        if len(self.problems) > before or submit is None or duration is None or r.probe:
             return None
-        labels = {c: cells[c] for c in self.labels if cells.get(c)}
+        labels = {c: r.cells[c] for c in self.labels if r.cells.get(c)}
         try:
-            for model in models:
-                gpu_memory_mib(model, "gpu_models")
             per_node = self.options.gpus_per_node
             if per_node and nodes == 1 and gpus > per_node:
                 gang = whole_gpus(gpus, per_node)
@@ -392,7 +414,7 @@ class _Reader:
                 partition=r.text("partition"),
                 time_limit_s=time_limit,
                 preemptible=bool(preemptible),
-                priority_class=r.text("priority_class") or "normal",
+                priority_class=priority_class,
                 checkpoint_interval_s=checkpoint,
                 labels=labels,
                 after=r.text("after") or None,
@@ -402,7 +424,7 @@ class _Reader:
             field = {"request": "gpus"}.get(e.field, e.field.removeprefix("request."))
             r.fail(field, e.reason)
             return None
-        return _Parsed(line, submit, fields)
+        return submit, fields
 
     def finish(self, parsed: list[_Parsed]) -> list[TraceJob]:
         """The jobs with submit times counted from the origin."""
@@ -435,11 +457,19 @@ class _Reader:
 class _Row:
     """One row's cells under the mapping; a bad value is noted and reads as None."""
 
-    def __init__(self, reader: _Reader, line: int, cells: Mapping[str, str]) -> None:
+    probe = False
+    """only the constants, with no cells: see ``_Constants``"""
+
+    def __init__(self, reader: _Reader, line: int | None, cells: Mapping[str, str]) -> None:
         self.reader = reader
         self.options = reader.options
         self.line = line
         self.cells = cells
+        self.where: Path | str = reader.path
+
+    def column(self, field: str) -> str:
+        """What a problem of ``field`` names: its column."""
+        return self.options.column(field)
 
     def text(self, field: str) -> str:
         """The field's cell (stripped when the table was read) or its constant; "" if neither."""
@@ -449,15 +479,14 @@ class _Row:
         return self.reader.constants.get(field, "")
 
     def fail(self, field: str, reason: str) -> None:
-        column = self.options.column(field)
-        self.reader.problems.add(TraceError(self.reader.path, self.line, column, reason))
+        self.reader.problems.add(TraceError(self.where, self.line, self.column(field), reason))
 
     def count(self, field: str, default: int) -> int:
         value = self.text(field)
         if not value:
             return default
         try:
-            return count(self.reader.path, self.line, self.options.column(field), value)
+            return count(self.where, self.line, self.column(field), value)
         except TraceError as e:
             self.reader.problems.add(e)
             return default
@@ -499,12 +528,11 @@ class _Row:
         if not value:
             return None
         unit = getattr(self.options.units, field)
-        column = self.options.column(field)
         try:
             return seconds(
-                self.reader.path,
+                self.where,
                 self.line,
-                column,
+                self.column(field),
                 value,
                 minimum=minimum,
                 unit=unit,
@@ -554,3 +582,22 @@ class _Row:
             return moment.timestamp()
         number = self.number(field)
         return None if number is None else number / 1000 if time == "ms" else number
+
+
+class _Constants(_Row):
+    """The constants read as a row of no cells: each problem names its option
+    (``generic trace option: constants.priority_class: ...``), and the fields the
+    file's columns give, empty here, are not checked."""
+
+    probe = True
+
+    def __init__(self, reader: _Reader) -> None:
+        super().__init__(reader, None, {})
+        self.where = "generic trace option"
+
+    def column(self, field: str) -> str:
+        return f"constants.{field}"
+
+    def fail(self, field: str, reason: str) -> None:
+        if field in self.options.constants:
+            super().fail(field, reason)

@@ -21,6 +21,13 @@ failed: Slurm's FAILED, OUT_OF_MEMORY and NODE_FAIL, Philly's and PAI's Failed."
 _TIMES = ("submit_time", "duration_s", "time_limit_s", "checkpoint_interval_s", "think_s")
 
 
+def priority_class_problem(value: str) -> str | None:
+    """Why ``value`` is not a priority class; None if it is one."""
+    if value in PRIORITY_CLASSES:
+        return None
+    return f"must be one of {', '.join(PRIORITY_CLASSES)}, got {value!r}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceJob:
     """One job of a workload trace.
@@ -73,11 +80,8 @@ class TraceJob:
             value = getattr(self, name)
             if value is not None and value > MAX_AMOUNT:
                 raise InvalidSpec(name, f"must be at most {MAX_AMOUNT} s, got {value}")
-        if self.priority_class not in PRIORITY_CLASSES:
-            known = ", ".join(PRIORITY_CLASSES)
-            raise InvalidSpec(
-                "priority_class", f"must be one of {known}, got {self.priority_class!r}"
-            )
+        if problem := priority_class_problem(self.priority_class):
+            raise InvalidSpec("priority_class", problem)
         if self.after is not None and not self.after:
             raise InvalidSpec("after", "must not be empty (absent: it follows no job)")
         if self.after == self.id:
