@@ -111,7 +111,7 @@ def _map(site: Site, who: str) -> dict[str, Any]:
     return body
 
 
-COLUMNS = ("used_milli", "mig_used", "mig_total", "jobs", "util_pct", "health")
+COLUMNS = ("used_milli", "mig_used", "mig_total", "jobs", "others", "util_pct", "health")
 
 
 def _cells(body: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -157,8 +157,34 @@ def test_a_user_sees_the_owners_of_its_own_jobs_only(site: Site) -> None:
     assert everyone[site.jobs["share"]]["user"] == "bob"
     assert mine.keys() == {site.jobs["whole"], site.jobs["slice"]}
     assert mine[site.jobs["whole"]] == {"user": "alice", "account": "vision", "name": "whole"}
-    # The cell still names bob's job by id, as GET /v1/nodes does.
-    assert _cells(_map(site, "alice"))["a1", 2]["jobs"] == [site.jobs["share"]]
+    # The cell counts bob's job without its id, as GET /v1/nodes does; ops sees the id.
+    cell = _cells(_map(site, "alice"))["a1", 2]
+    assert (cell["jobs"], cell["others"]) == ([], 1)
+    cell = _cells(_map(site, "ops"))["a1", 2]
+    assert (cell["jobs"], cell["others"]) == ([site.jobs["share"]], 0)
+    cell = _cells(_map(site, "bob"))["a1", 0]
+    assert (cell["jobs"], cell["others"]) == ([], 1)  # alice's, to bob
+
+
+def test_the_nodes_show_a_user_the_ids_of_its_own_jobs_only(site: Site) -> None:
+    def a1(who: str) -> dict[str, Any]:
+        with client(site.url, site.tokens[who]) as c:
+            listed = {n["name"]: n for n in c.get("/v1/nodes").json()}["a1"]
+            one = c.get("/v1/nodes/a1").json()
+            page = c.get("/v1/dashboard/nodes/a1").json()["node"]
+        assert one == listed and page == listed
+        return listed
+
+    whole, share = site.jobs["whole"], site.jobs["share"]
+    ops, alice, bob = a1("ops"), a1("alice"), a1("bob")
+    assert (sorted(ops["jobs"]), ops["other_jobs"]) == (sorted([whole, share]), 0)
+    assert (alice["jobs"], alice["other_jobs"]) == ([whole], 1)
+    assert (bob["jobs"], bob["other_jobs"]) == ([share], 1)
+    gpus = [(g["jobs"], g["other_jobs"]) for g in alice["gpus"]]
+    assert gpus == [([whole], 0), ([whole], 0), ([], 1), ([], 0)]
+    gpus = [(g["jobs"], g["other_jobs"]) for g in bob["gpus"]]
+    assert gpus == [([], 1), ([], 1), ([share], 0), ([], 0)]
+    assert [(g["jobs"], g["other_jobs"]) for g in ops["gpus"]][2] == ([share], 0)
 
 
 def test_the_node_page_has_readings_and_events(site: Site) -> None:

@@ -214,6 +214,15 @@ def _output_status(cluster: Cluster, job_id: str) -> int:
         ({"env": {"": "1"}}, "body.env"),
         ({"stdout": "%N.out"}, "body.stdout"),
         ({"stderr": "err-%"}, "body.stderr"),
+        # DOS line breaks: its #! line would name "/bin/sh\r" (sbatch refuses them too).
+        ({"command": None, "script": "#!/bin/sh\r\ntrue\r\n"}, "body.script"),
+        # What no node of the partition (two 16-CPU nodes, 4 A100s each) could ever hold.
+        ({"nodes": 3}, "body.nodes"),
+        ({"nodes": 1000}, "body.nodes"),
+        ({"gpu_type": "x"}, "body.gpu_type"),
+        ({"gpus_per_node": 8}, "body.gpus_per_node"),
+        ({"cpus_per_task": 32}, "body.cpus_per_task"),
+        ({"mem_mib": 65537}, "body.mem_mib"),
     ],
 )
 def test_bad_submissions_name_the_field(
@@ -221,6 +230,34 @@ def test_bad_submissions_name_the_field(
 ) -> None:
     with cluster.client("alice") as c:
         assert field in fields(c.post("/v1/jobs", json={**job(cluster.workdir), **spec}))
+
+
+def test_a_request_the_partition_could_hold_is_accepted(cluster: Cluster) -> None:
+    # Both nodes, all their GPUs, CPUs and memory, of the model they have: it may wait.
+    whole = {"nodes": 2, "gpus_per_node": 4, "gpu_type": "A100-80GB", "cpus_per_task": 16}
+    job_id = _submit(cluster, "alice", hold=True, mem_mib=65536, **whole)
+    with cluster.client("alice") as c:
+        assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        refused = problem(c.post("/v1/jobs", json=job(cluster.workdir, nodes=1000)), 422)
+    assert refused["errors"][0]["message"] == "1000 nodes, but partition gpu has 2"
+
+
+def test_a_refused_submission_uses_up_no_job_id(cluster: Cluster) -> None:
+    first = _submit(cluster, "alice", hold=True)
+    refused = [
+        {"dependency": "afterok:999999999"},  # checked against the store
+        {"nodes": 1000},
+        {"partition": "nope"},
+        {"gpus_per_node": 65},
+    ]
+    with cluster.client("alice") as c:
+        for spec in refused:
+            problem(c.post("/v1/jobs", json=job(cluster.workdir, hold=True, **spec)), 422)
+    second = _submit(cluster, "alice", hold=True, dependency=f"afterok:{first}")
+    assert int(second) == int(first) + 1
+    with cluster.client("alice") as c:
+        for job_id in (first, second):
+            assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
 
 
 def test_an_oversize_submission_is_413(cluster: Cluster) -> None:

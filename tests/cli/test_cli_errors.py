@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,62 @@ def test_token_create_makes_the_store_private(tmp_path: Path) -> None:
     assert main(["token", "create", "--data", str(new), "--user", "ann", "--role", "user"]) == 0
     assert (new.stat().st_mode & 0o777) == 0o700
     assert (new / "gpufleet.db").stat().st_mode & 0o777 == 0o600
+
+
+# Errors click finds while parsing name the command, as the commands' own errors do.
+USAGE_ERRORS = [
+    (["queue", "-5"], "error: queue: No such option: -5"),
+    (["queue", "--json", "extra"], "error: queue: Got unexpected extra argument(s) (extra)"),
+    (["cancel"], "error: cancel: Missing argument 'jobs'."),
+    (["show"], "error: show: Missing argument 'job'."),
+    (
+        ["predict", "report", "--buckets", "x"],
+        "error: predict report: Invalid value for '--buckets'",
+    ),
+    (["usage", "--by", "color"], "error: usage: Invalid value for '--by'"),
+    (["token", "create", "--bogus"], "error: token create: No such option: --bogus"),
+    (["sim", "fill", "--tune", "lots"], "error: sim fill: Invalid value for '--tune'"),
+    (["nope"], "error: gpufleet: No such command 'nope'."),
+    (["--bogus"], "error: gpufleet: No such option: --bogus"),
+]
+
+
+@pytest.mark.parametrize(("argv", "start"), USAGE_ERRORS)
+def test_a_usage_error_is_one_line_with_the_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str], start: str
+) -> None:
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(start), err
+
+
+def test_a_usage_error_of_the_installed_command_names_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "queue", "-5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    expected = (2, "", "error: queue: No such option: -5\n")
+    assert (done.returncode, done.stdout, done.stderr) == expected
+
+
+@pytest.mark.parametrize("from_stdin", [False, True])
+def test_a_script_with_dos_line_breaks_is_refused(tmp_path: Path, from_stdin: bool) -> None:
+    script = tmp_path / "job.sh"
+    script.write_bytes(b"#!/bin/bash\r\n#SBATCH -t 5\r\necho hi\r\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "submit", "-" if from_stdin else str(script)],
+        input=script.read_bytes() if from_stdin else b"",
+        capture_output=True,
+        timeout=60,
+        # Refused before any controller is asked: none answers at this address.
+        env={**os.environ, "GPUFLEET_URL": "http://127.0.0.1:9"},
+    )
+    source = "-" if from_stdin else str(script)
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode() == (
+        f"error: submit: {source}: has DOS line breaks (\\r\\n); convert it with dos2unix\n"
+    )

@@ -87,7 +87,7 @@ def test_queue_lists_jobs_with_reason_and_start(
     as_ada: Up, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = submit(capsys, "--wrap=true", "-J", "first", LATER)
-    second = submit(capsys, "--wrap=true", "-J", "second", "-N", "2", LATER)
+    second = submit(capsys, "--wrap=true", "-J", "second", "-N", "1", LATER)
     assert run(capsys, "cancel", first) == (0, "", "")
     # A cancel may end a job later (a started one is COMPLETING until its agent confirms).
     assert as_ada.wait_final(first, "ada") == "CANCELLED"
@@ -96,7 +96,7 @@ def test_queue_lists_jobs_with_reason_and_start(
     assert status == 0
     assert lines["JOBID"].split() == HEADER
     assert first not in lines  # it has ended
-    assert lines[second].split()[1:7] == ["gpu", "second", "ada", "PD", "0:00", "2"]
+    assert lines[second].split()[1:7] == ["gpu", "second", "ada", "PD", "0:00", "1"]
     assert lines[second].endswith("(BeginTime)")
     # every state, as JSON: running, completing and pending jobs first, then ended ones
     status, out, _ = run(capsys, "queue", "-t", "all", "--json")
@@ -106,6 +106,23 @@ def test_queue_lists_jobs_with_reason_and_start(
     assert first in [j["job_id"] for j in json.loads(out)]
     assert {j["state"] for j in json.loads(out)} == {"CANCELLED"}
     run(capsys, "cancel", second)
+
+
+def test_a_job_without_a_name_keeps_the_columns(
+    as_ada: Up, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The API takes a job without a name; the CLI always gives one.
+    body = {"command": ["true"], "workdir": str(tmp_path), "begin": int(time.time()) + 3600}
+    with as_ada.api("ada") as api:
+        made = api.post("/v1/jobs", json=body)
+    assert made.status_code == 201, made.text
+    job_id = made.json()["job_id"]
+    out = run(capsys, "queue")[1]
+    row = next(line.split() for line in out.splitlines() if line.split()[0] == job_id)
+    assert row[1:5] == ["gpu", "(none)", "ada", "PD"]
+    shown_lines = [line.split() for line in run(capsys, "show", job_id)[1].splitlines()]
+    assert ["JobName", "(none)"] in shown_lines
+    assert run(capsys, "cancel", job_id)[0] == 0
 
 
 def test_queue_filters_by_user(
@@ -146,6 +163,11 @@ def test_hold_release_requeue(as_ada: Up, capsys: pytest.CaptureFixture[str]) ->
     assert run(capsys, "release", job_id)[0] == 0
     assert shown(capsys, job_id)["held"] is False
     run(capsys, "cancel", job_id)
+    held = submit(capsys, "--wrap=true", "--hold")
+    assert run(capsys, "cancel", held)[0] == 0  # a cancelled job is held no more, as Slurm's
+    shown_lines = [line.split() for line in run(capsys, "show", held)[1].splitlines()]
+    assert ["JobState", "CANCELLED"] in shown_lines
+    assert "JobHeldUser" not in [line[1] for line in shown_lines if line[0] == "Reason"]
     ran = submit(capsys, "--wrap=true")
     assert as_ada.wait_final(ran, "ada") == "COMPLETED"
     assert run(capsys, "requeue", ran)[0] == 0  # a finished job runs again
@@ -235,12 +257,15 @@ def test_drain_needs_an_operator(
     [
         (["submit", "--wrap=true", "--gres=gpu:a100:x"], "submit: --gres: 'x' is not"),
         (["submit", "missing.sh"], "submit: missing.sh: cannot read the script"),
+        # What the one-node cluster could never hold: refused, not left waiting.
+        (["submit", "--wrap=true", "--gres=gpu:x"], "submit: body.gpu_type: no node of"),
+        (["submit", "--wrap=true", "--nodes=1000"], "submit: body.nodes: 1000 nodes, but"),
         (["submit", "--wrap=true", "-p", "nope"], "submit: body.partition: no partition"),
         (["show", "abc"], "show: 'abc' is not a job id"),
         (["show", "999999"], "show: not found: job 999999: no such job"),
         (["queue", "-t", "XX"], "queue: --state: 'XX' is not a job state"),
         (["usage", "-S", "someday"], "usage: --starttime: 'someday' is not a time"),
-        (["usage", "--by", "color"], "Invalid value for '--by'"),
+        (["usage", "--by", "color"], "usage: Invalid value for '--by'"),
         (["usage", "--export", "h.jsonl", "--json"], "usage: --export writes JSON Lines"),
         (["usage", "--export", "no/such/dir/h.jsonl"], "usage: --export: no/such/dir/h.jsonl: "),
     ],

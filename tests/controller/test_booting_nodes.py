@@ -7,10 +7,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from controller.harness import ADMIN, Cluster, spec
 from controller.test_scaling import POOL, RECORD, calls
 from gpufleet.adapters.inventory import group_table
 from gpufleet.api.agent_schemas import AgentRegister
+from gpufleet.controller.errors import Invalid
 from gpufleet.controller.scaling import LocalProvider, ProviderConfig
 from gpufleet.core.job import Partition
 from gpufleet.engine.fleet import boot_timeout
@@ -117,5 +120,31 @@ def test_a_restart_starts_the_agents_of_local_pool_nodes_again(
         again = c.ctl.provider.agents[FIRST]
         assert again.poll() is None and again.pid != first.pid
         assert again.args == first.args  # the same node, inventory and state directory
+    finally:
+        c.ctl.stop()
+
+
+def test_a_request_the_pool_could_grow_to_hold_is_accepted_and_no_more(
+    db: Database, tmp_path: Path
+) -> None:
+    # The burst pool makes up to 3 nodes of 2 L4 GPUs and 8 CPUs; none exists yet.
+    c = pool_cluster(db, tmp_path / "calls.jsonl")
+    try:
+        whole = spec(nodes=3, gpus_per_node=2, gpu_type="L4", cpus_per_task=8, hold=True)
+        assert c.ctl.submit(principal=ADMIN, spec=whole).job_id
+        body = AgentRegister(inventory=group_table(POOL.node(FIRST)))
+        c.ctl.register_agent(principal=ADMIN, node=FIRST, body=body)
+        assert c.ctl.submit(principal=ADMIN, spec=whole).job_id  # 1 node up, room for 2
+        refused = {
+            "body.nodes": spec(nodes=4),
+            "body.gpus_per_node": spec(gpus_per_node=3),
+            "body.gpu_type": spec(gpu_type="A100-80GB"),
+            "body.cpus_per_task": spec(cpus_per_task=9),
+        }
+        for field, bad in refused.items():
+            with pytest.raises(Invalid) as e:
+                c.ctl.submit(principal=ADMIN, spec=bad)
+            assert e.value.field == field, e.value
+        assert "(its pools' room to grow included)" in str(e.value)
     finally:
         c.ctl.stop()

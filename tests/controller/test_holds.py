@@ -120,3 +120,15 @@ def test_jobs_held_before_the_hold_kinds_become_user_holds(db: Database) -> None
         ("1", "user"),
         ("2", None),
     ]
+
+
+@pytest.mark.parametrize("who", [ANA, OPERATOR], ids=["user", "operator"])
+def test_a_held_job_cancelled_is_held_no_more(cluster: Cluster, who: Principal) -> None:
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.hold_job(principal=who, job_id=job)
+    out = cluster.ctl.cancel_job(principal=who, job_id=job)
+    assert (out.state, out.held, out.hold) == ("CANCELLED", False, None)
+    assert "Held" not in out.reason
+    cluster.restart()  # the store says so too
+    out = cluster.ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.held, out.hold) == ("CANCELLED", False, None)

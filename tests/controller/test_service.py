@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 
 import pytest
 import sqlalchemy as sa
 
-from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
+from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, inventory, setup, spec
 from gpufleet.adapters.store import tables as t
-from gpufleet.api.agent_schemas import RunReport
+from gpufleet.api.agent_schemas import AgentRegister, RunReport
+from gpufleet.controller.clock import WallClock
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
-from gpufleet.controller.service import PROFILE_MIN_S
+from gpufleet.controller.loop import SchedulerLoop
+from gpufleet.controller.service import PROFILE_MIN_S, Controller
 from gpufleet.core.cycle import SchedulingProfile
 from gpufleet.core.job import Partition
 from gpufleet.core.model import Request
@@ -151,7 +155,7 @@ def test_users_see_and_touch_only_their_own_jobs(cluster: Cluster) -> None:
 
 def test_restart_rebuilds_and_kills_nothing(cluster: Cluster) -> None:
     job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
-    pending = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=8)).job_id
+    pending = cluster.ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
     cluster.ctl.run_cycle_now()
     node = cluster.where(job)
     cluster.sync(node)
@@ -349,3 +353,44 @@ def test_a_drained_node_keeps_its_runs_until_it_is_lost(cluster: Cluster) -> Non
     ctl.resume_node(principal=OPERATOR, name=other)
     ctl.run_cycle_now()
     assert cluster.where(job) == other and cluster.state(second) == "PENDING"
+
+
+def test_a_lost_node_goes_down_at_its_heartbeat_deadline_not_the_next_cycle(db: Database) -> None:
+    # The timer's cycle is 30 s away; the node's agent falls silent for its 1 s timeout.
+    built = setup(interval_s=30.0, heartbeat_timeout_s=1.0)
+    ctl = Controller(setup=built, db_url=db.url, clock=WallClock(), schema=db.schema)
+    ctl.start()
+    try:
+        body = AgentRegister(inventory=inventory("n1"))
+        ctl.register_agent(principal=ADMIN, node="n1", body=body)
+        job = ctl.submit(principal=ANA, spec=spec()).job_id
+        began = time.monotonic()
+        while time.monotonic() - began < 5:
+            out = ctl.get_job(principal=ANA, job_id=job)
+            if "NODE_FAIL" in [e.state for e in out.history]:
+                break
+            time.sleep(0.05)
+        assert "NODE_FAIL" in [e.state for e in out.history], out.history
+        assert time.monotonic() - began < 5
+        n1 = {n.name: n for n in ctl.list_nodes(principal=ADMIN)}["n1"]
+        assert (n1.state, n1.reason) == ("down", "heartbeat lost")
+    finally:
+        ctl.stop()
+
+
+def test_a_due_time_that_moved_on_starts_no_cycle() -> None:
+    # A node heard from while the loop waited for its deadline: no cycle before the new one.
+    ran = threading.Event()
+    dues = [time.time() + 0.2]
+
+    def due() -> float:
+        return dues[0] if len(dues) == 1 else dues[-1]
+
+    loop = SchedulerLoop(ran.set, WallClock(), interval_s=30.0, due=due)
+    loop.start()
+    try:
+        time.sleep(0.05)
+        dues.append(time.time() + 60)  # the deadline moved on
+        assert not ran.wait(0.6)
+    finally:
+        loop.stop()

@@ -162,6 +162,14 @@ class JobSubmit(_Request):
                 raise ValueError(f"{name!r} is not a variable name (empty, or with '=')")
         return value
 
+    @field_validator("script")
+    @classmethod
+    def _unix_line_endings(cls, value: str | None) -> str | None:
+        # Its #! line would name "/bin/bash\r", which no node has (sbatch refuses it too).
+        if value is not None and "\r\n" in value:
+            raise ValueError("has DOS line breaks (\\r\\n); convert it with dos2unix")
+        return value
+
     @field_validator("stdout", "stderr")
     @classmethod
     def _output_path(cls, value: str | None) -> str | None:

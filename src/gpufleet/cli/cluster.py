@@ -27,7 +27,7 @@ FULL_MILLI = 1000
 def gpu_cell(gpu: GpuOut) -> str:
     """One GPU's allocation: ``-`` free, ``F`` whole, ``.25`` a shared fraction,
     ``M`` MIG instances in use."""
-    if gpu.mig and gpu.jobs:
+    if gpu.mig and (gpu.jobs or gpu.other_jobs):
         return "M"
     if gpu.used_milli <= 0:
         return "-"

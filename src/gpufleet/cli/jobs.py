@@ -43,11 +43,17 @@ ACTIVE_STATES: tuple[JobStateName, ...] = tuple(
 """What ``queue`` lists without ``--state``: jobs that have not ended, as squeue does."""
 
 
+NO_NAME = "(none)"
+"""What the tables show for a job submitted without a name (through the API): a
+column left empty would shift the ones after it for ``awk`` and ``cut``."""
+
+
 def _load_script(name: str) -> str:
-    """A script's text; ``-`` is standard input. Reads one byte past the cap, to see it."""
-    if name == "-":
+    """A script's text, its line endings as written (a DOS script is refused, not
+    silently converted); ``-`` is standard input. Reads one byte past the cap, to see it."""
+    if name == "-":  # Python's standard input translates no line endings
         return sys.stdin.read(MAX_SCRIPT_BYTES + 1)
-    with open(name, encoding="utf-8") as f:
+    with open(name, encoding="utf-8", newline="") as f:
         return f.read(MAX_SCRIPT_BYTES + 1)
 
 
@@ -186,7 +192,7 @@ def queue(
             (
                 j.job_id,
                 j.partition,
-                j.name,
+                j.name or NO_NAME,
                 j.user,
                 STATE_CODES[j.state],
                 duration(_elapsed(j, now)),
@@ -225,7 +231,7 @@ def show(
     )
     rows = [
         ("JobId", found.job_id),
-        ("JobName", found.name),
+        ("JobName", found.name or NO_NAME),
         ("User", found.user),
         ("Account", found.account),
         ("Partition", found.partition),

@@ -74,10 +74,22 @@ for module in (jobs, cluster, accounting):
     module.register(app)
 
 
+class _Context(Protocol):
+    command_path: str
+
+
 class _ClickError(Protocol):
     exit_code: int
+    ctx: _Context | None
 
     def format_message(self) -> str: ...
+
+
+def _where(error: _ClickError) -> str:
+    """The command a usage error is about, as the commands name themselves in
+    their own errors: ``queue``, ``predict report``; ``gpufleet`` for the root."""
+    path = error.ctx.command_path.split() if error.ctx is not None else []
+    return " ".join(path[1:]) or "gpufleet"
 
 
 # Option-parsing errors are click's UsageError, which recent typer releases
@@ -98,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # help was asked for, so that is success.
         if type(e).__name__ == "NoArgsIsHelpError":
             return 0
-        print(f"error: {error.format_message()}".replace("\n", " "), file=sys.stderr)
+        line = f"error: {_where(error)}: {error.format_message()}"
+        print(line.replace("\n", " "), file=sys.stderr)
         return error.exit_code
     except typer.Abort:
         return 130

@@ -17,9 +17,9 @@ grid of cells can be coloured without a second request:
     nothing holds it.
 
 The first that applies wins, so a job on a drained node shows as draining;
-``jobs`` still names it. A caller who is not an operator sees the owner and
-name of its own jobs only: other jobs appear by id, as ``GET /v1/nodes``
-shows them, so the map tells nothing more about who runs what.
+``jobs`` still names it. A caller who is not an operator sees the ids, owner
+and name of its own jobs only: other users' jobs are counted (``others``), as
+``GET /v1/nodes`` counts them, so the map tells nothing about who runs what.
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ class MapNode(BaseModel):
     used_milli: list[int] = Field(description="milli-GPU held by whole and shared jobs")
     mig_used: list[int] = Field(description="MIG instances held")
     mig_total: list[int] = Field(description="MIG instances configured (0: no MIG)")
-    jobs: list[list[str]] = Field(description="ids of the jobs holding each GPU")
+    jobs: list[list[str]] = Field(
+        description="ids of the jobs holding each GPU that the caller may see"
+    )
+    others: list[int] = Field(description="jobs of other users holding each GPU (ids not shown)")
     util_pct: list[float | None] = Field(description="utilisation at the last reading")
     health: list[str] = Field(description="why the agent judged a GPU unhealthy")
 
@@ -139,6 +142,7 @@ def cluster_map(
     data and validated once: a model per GPU would cost more than the rest.
     """
     holders: dict[tuple[str, int], list[str]] = defaultdict(list)
+    hidden: dict[tuple[str, int], int] = defaultdict(int)
     shown: dict[str, dict[str, str]] = {}
     running = pending = 0
     for job in jobs:
@@ -146,10 +150,14 @@ def cluster_map(
             pending += 1
             continue
         running += 1
+        mine = viewer is None or job.user == viewer
         for p in job.placements:
             for g in p["gpus"]:
-                holders[p["node"], g].append(job.job_id)
-        if viewer is None or job.user == viewer:
+                if mine:
+                    holders[p["node"], g].append(job.job_id)
+                else:
+                    hidden[p["node"], g] += 1
+        if mine:
             shown[job.job_id] = {"user": job.user, "account": job.account, "name": job.name}
     mig_total, mig_used = _mig_counts(state)
     milli_used = (state.gpu_milli_total - state.gpu_milli_free).tolist()
@@ -180,6 +188,7 @@ def cluster_map(
                 "mig_used": [mig_used.get((i, g), 0) for g in indices],
                 "mig_total": migs,
                 "jobs": [holders.get((name, g), []) for g in indices],
+                "others": [hidden.get((name, g), 0) for g in indices],
                 "util_pct": [r.util_pct if r else None for r in found],
                 "health": [r.health_reason if r else "" for r in found],
             }

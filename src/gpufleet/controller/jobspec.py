@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import signal as signals
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -31,6 +31,8 @@ from gpufleet.controller.errors import Invalid
 from gpufleet.core.constraints import parse_constraint
 from gpufleet.core.job import Partition
 from gpufleet.core.model import InvalidSpec, Node, Request
+from gpufleet.core.pools import NodePool
+from gpufleet.policies.autoscale import serves
 
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
 _JOB_REF = re.compile(r"^[0-9]{1,18}(_[0-9]{1,9})?$")
@@ -292,3 +294,82 @@ def request_from_json(data: dict[str, object]) -> Request:
     assert isinstance(models, list)
     values = {k: v for k, v in data.items() if k != "gpu_models"}
     return Request(gpu_models=frozenset(str(m) for m in models), **values)  # type: ignore[arg-type]
+
+
+def _could_hold(node: Node, r: Request) -> bool:
+    """Whether an empty, healthy ``node`` could hold one task of ``r`` (its labels aside:
+    a constraint no node meets waits with ReqNodeNotAvail, as documented)."""
+    if node.cpu_milli < r.cpu_milli or node.memory_mib < r.memory_mib:
+        return False
+    gpus = [g for g in node.gpus if not r.gpu_models or g.model in r.gpu_models]
+    if r.gpu_milli:
+        return any(g.memory_mib >= r.gpu_memory_mib for g in gpus)
+    if r.mig_profile:
+        return bool(gpus)  # whether a layout can cut the slices is the cycle's to say
+    return len(gpus) >= r.gpus
+
+
+def check_capacity(
+    r: Request, partition: Partition, nodes: Sequence[Node], pools: Sequence[NodePool]
+) -> None:
+    """Refuse a request the partition could never hold, as sbatch's "Node count
+    specification invalid" and "Requested node configuration is not available"; Invalid
+    names the field.
+
+    ``nodes`` are the nodes the controller knows now (declared or registered) and
+    ``pools`` the node pools: a pool that serves the partition may still add nodes
+    of its template up to its ``max_nodes``, so a request one of them could hold is
+    accepted and waits for them. A partition with no known node and no pool is not
+    judged: its agents may not have registered yet.
+    """
+    p = partition
+    members = [
+        n for n in nodes if (not p.nodes and not p.pools) or n.name in p.nodes or n.pool in p.pools
+    ]
+    growing = [pool for pool in pools if serves(pool, p)]
+    if not members and not growing:
+        return
+    counts = {pool.name: 0 for pool in growing}
+    for n in nodes:
+        if n.pool in counts:
+            counts[n.pool] += 1
+    shapes = [(n, 1) for n in members] + [
+        (pool.template, max(0, pool.max_nodes - counts[pool.name])) for pool in growing
+    ]
+    total = sum(k for _, k in shapes)
+    grow = " (its pools' room to grow included)" if growing else ""
+    if total < r.nodes:
+        raise Invalid("body.nodes", f"{r.nodes} nodes, but partition {p.name} has {total}{grow}")
+    capable = sum(k for n, k in shapes if _could_hold(n, r))
+    if capable >= r.nodes:
+        return
+    fits = [n for n, k in shapes if k]
+    models = sorted({g.model for n in fits for g in n.gpus})
+    gpu_task = r.gpus or r.gpu_milli or r.mig_profile
+    if gpu_task and r.gpu_models and not r.gpu_models & set(models):
+        raise Invalid(
+            "body.gpu_type",
+            f"no node of partition {p.name} has GPU model {min(r.gpu_models)!r}"
+            f" (its models: {', '.join(models) or 'none'})",
+        )
+    of = f" {min(r.gpu_models)}" if r.gpu_models else ""
+    if r.cpu_milli and not any(n.cpu_milli >= r.cpu_milli for n in fits):
+        field, what = "body.cpus_per_task", f"{r.cpu_milli // 1000} CPUs"
+    elif r.memory_mib and not any(n.memory_mib >= r.memory_mib for n in fits):
+        field, what = "body.mem_mib", f"{r.memory_mib} MiB of memory"
+    elif r.gpus:
+        field, what = "body.gpus_per_node", f"{r.gpus}{of} GPUs"
+    elif r.gpu_milli and r.gpu_memory_mib:
+        field, what = "body.gpu_memory_mib", f"{r.gpu_memory_mib} MiB of one{of} GPU's memory"
+    elif r.gpu_milli:
+        field, what = "body.gpu_milli", f"a share of one{of} GPU"
+    elif r.mig_profile:
+        field, what = "body.mig_profile", f"{r.mig_profile} slices of a{of} GPU"
+    else:
+        field, what = "body.nodes", "one task"
+    if capable:
+        raise Invalid(
+            "body.nodes",
+            f"{r.nodes} nodes, but only {capable} of partition {p.name} could hold {what}{grow}",
+        )
+    raise Invalid(field, f"no node of partition {p.name} could hold {what}{grow}")

@@ -7,8 +7,11 @@ least as long as that cycle took (Slurm's ``sched_min_interval`` and
 ``defer``): a flood of submissions then costs a few cycles a second, and
 cycles take at most about half of the interpreter, whatever the queue's
 length. The timer's cycle (``interval_s``) does not wait, and neither does
-one at the time ``due()`` names (a policy window's boundary), which comes
-sooner than the timer's when it is nearer. The loop reads
+one at the time ``due()`` names (a policy window's boundary, or the
+earliest heartbeat deadline: a node silent that long is marked DOWN then,
+not at the next timer's cycle), which comes sooner than the timer's when it
+is nearer. A due time that moved on while the loop waited (a node heard
+from since) starts no cycle: the loop waits again for the new one. The loop reads
 time and waits only through the controller's ``Clock`` (a manual clock
 never waits).
 """
@@ -69,7 +72,9 @@ class SchedulerLoop:
         gap = 0.0  # the least time from the last cycle's end to an event's cycle
         ended = self._clock.now()
         while not self._stopping:
-            woken = self._clock.wait(self._event, self._timeout())
+            woken = self._clock.wait(self._event, self._timeout(ended, gap))
+            if not woken and not self._ripe(ended, gap):
+                continue  # the due time moved on meanwhile: wait for the new one
             if woken and gap > 0:
                 # Events arriving meanwhile join this cycle; only stop cuts the wait short.
                 self._clock.wait(self._halt, ended + gap - self._clock.now())
@@ -84,9 +89,20 @@ class SchedulerLoop:
             ended = self._clock.now()
             gap = max(self._min_interval, ended - began)
 
-    def _timeout(self) -> float:
-        """How long until the next cycle that no event asks for."""
+    def _next(self, ended: float, gap: float) -> float:
+        """When the next cycle that no event asks for is due (the last ended at ``ended``).
+
+        A due time already past (a cycle that failed to act on it) comes no
+        sooner than an event's cycle would: the loop never spins.
+        """
+        when = ended + self._interval
         due = self._due()
-        if due is None:
-            return self._interval
-        return max(0.0, min(self._interval, due - self._clock.now()))
+        if due is not None:
+            when = min(when, max(due, ended + gap))
+        return when
+
+    def _timeout(self, ended: float, gap: float) -> float:
+        return max(0.0, self._next(ended, gap) - self._clock.now())
+
+    def _ripe(self, ended: float, gap: float) -> bool:
+        return self._clock.now() >= self._next(ended, gap)

@@ -102,6 +102,7 @@ from gpufleet.controller.dashboard import ClusterMap, NodePage
 from gpufleet.controller.drift import drift
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.jobspec import (
+    check_capacity,
     check_nodes,
     check_spec,
     output_paths,
@@ -254,6 +255,10 @@ class Controller:
         self._jobs: dict[str, LiveJob] = {}
         self._by_num: dict[int, set[str]] = defaultdict(set)
         self._nodes: dict[str, NodeInfo] = {}
+        # (request, partition) pairs some nodes could hold (check_capacity): each
+        # submission of a shape seen before skips the walk over every node; cleared
+        # when the nodes change.
+        self._holdable: set[tuple[Request, str]] = set()
         self._on_node: dict[str, set[str]] = defaultdict(set)
         self._final: dict[str, tuple[str, int | None]] = {}
         self._cleanup: dict[str, LiveJob] = {}
@@ -321,9 +326,23 @@ class Controller:
                     self.clock,
                     self.setup.interval_s,
                     min_interval_s=self.setup.sched_min_interval_s,
-                    due=lambda: self._next_switch,
+                    due=self._next_due,
                 )
                 self._loop.start()
+
+    def _next_due(self) -> float | None:
+        """When the loop must run a cycle before its timer: the next policy window's
+        boundary, or the earliest heartbeat deadline, when a node still up goes DOWN
+        (``_expire_nodes``) ``heartbeat_timeout_s`` after its last sync, not at the
+        timer's next cycle. Read without the lock: a sync moving a deadline meanwhile
+        only makes the loop look again."""
+        timeout = self.setup.heartbeat_timeout_s
+        due = self._next_switch
+        for info in list(self._nodes.values()):
+            last = info.last_heartbeat
+            if info.state == "up" and last is not None and (due is None or last + timeout < due):
+                due = last + timeout
+        return due
 
     def stop(self) -> None:
         """Stop the loop and the writer after in-flight commits; idempotent. Kills no job."""
@@ -487,6 +506,10 @@ class Controller:
         part = self.setup.partitions[partition]
         if spec.nodelist or spec.exclude:
             check_nodes(spec, self._node_named, part)
+        if (request, partition) not in self._holdable:
+            nodes = [info.node for info in list(self._nodes.values())]
+            check_capacity(request, part, nodes, self.setup.pools)
+            self._holdable.add((request, partition))
         # As Slurm: a partition without a default time gives its maximum.
         time_limit = spec.time_limit_s or part.default_time_s or part.max_time_s or DEFAULT_TIME_S
         if part.max_time_s and time_limit > part.max_time_s:
@@ -498,10 +521,6 @@ class Controller:
                 + ("" if spec.time_limit_s else " (it is the partition's default)"),
             )
         tasks: list[int | None] = list(array.indices) if array else [None]
-        with self._ids:
-            num, first_pk = self._next_num, self._next_pk
-            self._next_num += 1
-            self._next_pk += len(tasks)
         now = self.clock.now()
         spec_json = spec.model_dump(mode="json", exclude={"request_id"})
         if spec.stdout is None:
@@ -509,7 +528,6 @@ class Controller:
             spec_json["stdout"] = self.setup.default_stdout[array is not None]
         request_json = request_to_json(request)
         common = {
-            "job_num": num,
             "array_limit": array.limit if array else None,
             "name": spec.name,
             "user": principal.user,
@@ -538,17 +556,34 @@ class Controller:
         bulk = len(tasks) >= BULK_TASKS
         if bulk:
             _GC_PAUSE.hold()
-        rows = [
-            {
-                **common,
-                "id": first_pk + i,
-                "job_id": str(num) if task is None else f"{num}_{task}",
-                "array_task_id": task,
-                "request_id": spec.request_id if i == 0 else None,
-            }
-            for i, task in enumerate(tasks)
-        ]
+        rows: list[dict[str, Any]] = []
+        num = 0
+
+        def take_ids() -> None:
+            """Give the job its id and build its rows: only once nothing can refuse it
+            but the store, so that a refused submission uses up no job id."""
+            nonlocal num
+            if rows:
+                return
+            with self._ids:
+                num, first_pk = self._next_num, self._next_pk
+                self._next_num += 1
+                self._next_pk += len(tasks)
+            rows.extend(
+                {
+                    **common,
+                    "job_num": num,
+                    "id": first_pk + i,
+                    "job_id": str(num) if task is None else f"{num}_{task}",
+                    "array_task_id": task,
+                    "request_id": spec.request_id if i == 0 else None,
+                }
+                for i, task in enumerate(tasks)
+            )
+
         refs = dependency.refs if dependency else ()
+        if not refs:
+            take_ids()
         # No history row for the submission: ``get_job`` shows it from submit_time.
 
         def unit(conn: sa.Connection) -> Submitted | None:
@@ -568,6 +603,7 @@ class Controller:
                         job_id=str(dup.job_num), array_task_count=count, duplicate=True
                     )
             _check_refs(conn, refs)
+            take_ids()  # the dependency's jobs exist: the job gets its id
             self.store.insert(conn, t.jobs, rows)
             return None
 
@@ -790,16 +826,18 @@ class Controller:
     # -- nodes -------------------------------------------------------------------
 
     def list_nodes(self, *, principal: Principal) -> list[NodeOut]:
-        """Every node with its per-GPU allocation, by name."""
+        """Every node with its per-GPU allocation, by name. A user sees the ids of
+        its own jobs only; the others are counted (``other_jobs``)."""
+        viewer = None if principal.is_operator else principal.user
         with self._lock:
-            return [self._node_out(n) for n in sorted(self._nodes)]
+            return [self._node_out(n, viewer) for n in sorted(self._nodes)]
 
     def get_node(self, *, principal: Principal, name: str) -> NodeOut:
         """One node; NotFound if unknown."""
         with self._lock:
             if name not in self._nodes:
                 raise NotFound(f"node {name}: no such node")
-            return self._node_out(name)
+            return self._node_out(name, None if principal.is_operator else principal.user)
 
     def drain_node(self, *, principal: Principal, name: str, reason: str) -> NodeOut:
         """Start no more jobs on the node; running ones finish (operator). Audited."""
@@ -1093,6 +1131,7 @@ class Controller:
                     )
 
             self._writer().call(unit)
+            self._holdable.clear()
             if info is None:
                 self.book.add_node(new)
                 info = NodeInfo(node=new, state="unknown", source="agent")
@@ -1413,6 +1452,7 @@ class Controller:
         self._cleanup.clear()
         self._tokens.clear()
         self._nodes.clear()
+        self._holdable.clear()
         with self.store.read() as conn:
             node_rows = {r.name: r for r in conn.execute(sa.select(t.nodes))}
             joined = persist.joined_nodes(conn)
@@ -1828,6 +1868,7 @@ class Controller:
         if self._on_node.get(name) or (name in self.book.state.index and self._busy(name)):
             return False
         info = self._nodes.pop(name, None)
+        self._holdable.clear()
         if info is not None:
             self.book.remove_node(name)
         for table in (self._facts, self._quiet, self._health, self._heartbeats, self._kills_sent):
@@ -1981,7 +2022,8 @@ class Controller:
                 start_time=None,
             )
         else:
-            row.update(state=final, end_time=now, reason=message)
+            # A hold ends with the job (a held job cancelled is CANCELLED, no longer held).
+            row.update(state=final, end_time=now, reason=message, held=False, admin_hold=False)
             if final in LEARNT_STATES:
                 self._learn(live, now, final)
         end = {
@@ -2011,7 +2053,7 @@ class Controller:
                 job.placements = []
                 job.core = None
             else:
-                job.state = final
+                job.state, job.held, job.admin_hold = final, False, False
                 self._drop_live(job, final, exit_code)
 
         return Change(live, row, steps, ends=[end], after=after)
@@ -2727,17 +2769,31 @@ class Controller:
         )
         return "allocated" if full else "mixed"
 
-    def _node_out(self, name: str) -> NodeOut:
+    def _node_out(self, name: str, viewer: str | None) -> NodeOut:
+        """The node as ``viewer`` may see it: None (an operator) sees every job's id, a
+        user only its own jobs' ids, the others counted, so job ids tell nothing about
+        who owns what (as a job is 404 to another user)."""
         info = self._nodes[name]
         st = self.book.state
         i = st.index[name]
-        jobs = sorted(self._on_node.get(name, ()))
+        jobs: list[str] = []
+        others = 0
         per_gpu: dict[int, list[str]] = defaultdict(list)
-        for job_id in jobs:
-            for p in self._live(job_id).placements:
+        per_gpu_others: dict[int, int] = defaultdict(int)
+        for job_id in sorted(self._on_node.get(name, ())):
+            live = self._live(job_id)
+            mine = viewer is None or live.user == viewer
+            if mine:
+                jobs.append(job_id)
+            else:
+                others += 1
+            for p in live.placements:
                 if p["node"] == name:
                     for g in p["gpus"]:
-                        per_gpu[g].append(job_id)
+                        if mine:
+                            per_gpu[g].append(job_id)
+                        else:
+                            per_gpu_others[g] += 1
         return NodeOut(
             name=name,
             state=self._node_state(name),
@@ -2755,6 +2811,7 @@ class Controller:
                     uuid=g.uuid,
                     used_milli=int(st.gpu_milli_total[i, g.index] - st.gpu_milli_free[i, g.index]),
                     jobs=per_gpu[g.index],
+                    other_jobs=per_gpu_others[g.index],
                     mig=[p for p, _ in g.mig or ()],
                 )
                 for g in info.node.gpus
@@ -2762,6 +2819,7 @@ class Controller:
             labels=dict(info.node.labels),
             last_heartbeat=info.last_heartbeat,
             jobs=jobs,
+            other_jobs=others,
         )
 
     def _set_drain(self, principal: Principal, name: str, *, drain: bool, reason: str) -> NodeOut:

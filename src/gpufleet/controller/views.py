@@ -23,7 +23,10 @@ class GpuOut(BaseModel):
     memory_mib: int
     uuid: str = ""
     used_milli: int = 0
-    jobs: list[str] = Field(default_factory=list)
+    jobs: list[str] = Field(
+        default_factory=list, description="the jobs holding it that the caller may see"
+    )
+    other_jobs: int = Field(0, description="jobs of other users holding it (ids not shown)")
     mig: list[str] = Field(default_factory=list, description="configured MIG profiles")
 
 
@@ -41,7 +44,11 @@ class NodeOut(BaseModel):
     gpus: list[GpuOut] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     last_heartbeat: float | None = None
-    jobs: list[str] = Field(default_factory=list)
+    jobs: list[str] = Field(
+        default_factory=list,
+        description="the running jobs on it the caller may see: its own, or all for an operator",
+    )
+    other_jobs: int = Field(0, description="running jobs of other users on it (ids not shown)")
 
 
 class PartitionOut(BaseModel):

@@ -99,6 +99,7 @@ function cellText(node, g, jobs) {
     const job = jobs[id];
     lines.push(job ? "job " + id + " " + job.name + ": " + job.user + " (" + job.account + ")" : "job " + id);
   }
+  if (node.others[g]) lines.push(node.others[g] + (node.others[g] === 1 ? " job" : " jobs") + " of other users");
   return lines.join("\n");
 }
 
@@ -326,6 +327,7 @@ async function nodePage(name) {
     const r = readings.get(g.index);
     const jobs = el("td", {});
     g.jobs.forEach((id, i) => { if (i) jobs.append(", "); jobs.append(jobLink(id)); });
+    if (g.other_jobs) jobs.append((g.jobs.length ? ", " : "") + g.other_jobs + " of other users");
     return row(num(g.index), g.model, g.mig.join(", "), num(g.used_milli / 1000), jobs,
       num(r ? r.util_pct.toFixed(0) + "%" : ""), num(r ? r.temp_c.toFixed(0) + " C" : ""),
       num(r ? r.power_w.toFixed(0) + " W" : ""), num(r ? r.xid_last || "" : ""),
