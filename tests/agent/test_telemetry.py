@@ -12,11 +12,14 @@ import pytest
 from agent.fake_controller import FakeController, serve
 from agent.fake_nvml import FakeGpu, FakeNvml
 from agent.test_daemon import eventually
+from gpufleet.agent import inventory
+from gpufleet.agent.checks import CheckSettings, NodeChecks
 from gpufleet.agent.daemon import Agent
-from gpufleet.agent.health import GpuHealthPolicy, xid_class
+from gpufleet.agent.health import GpuHealthPolicy, reason_code, xid_class
 from gpufleet.agent.inventory import read_inventory
 from gpufleet.agent.runner import Runner
 from gpufleet.agent.telemetry import (
+    XID_HOLD_S,
     DeclaredTelemetry,
     NvmlTelemetry,
     open_telemetry,
@@ -27,51 +30,58 @@ from gpufleet.core.model import GPU, Node
 NODE = Node("n1", 8000, 16384, tuple(GPU(i, "L4", 23034) for i in range(2)))
 
 
-def test_declared_gpus_read_idle_until_the_file_says_otherwise(tmp_path: Path) -> None:
+def test_declared_gpus_have_readings_only_where_the_file_gives_them(tmp_path: Path) -> None:
     path = tmp_path / "node.telemetry.toml"
     source = DeclaredTelemetry(NODE, path)
-    first = source.readings()
-    assert [(r.index, r.uuid, r.model, r.mem_free_mib, r.healthy) for r in first] == [
-        (0, "0", "L4", 23034, True),
-        (1, "1", "L4", 23034, True),
-    ]
-    # The file is read again at every reading: an XID of the reset class masks GPU 1.
+    assert source.readings() == []  # no file: no readings, not made-up zeros
+    # The file is read again at every reading: GPU 1 only, with an XID of the reboot class.
     path.write_text("[[gpus]]\nindex = 1\nxid_last = 79\nxid_count = 1\nutil_pct = 55.5\n")
-    gpu0, gpu1 = source.readings()
-    assert gpu0.healthy and gpu1.util_pct == 55.5
+    (gpu1,) = source.readings()
+    assert (gpu1.index, gpu1.uuid, gpu1.model, gpu1.mem_free_mib) == (1, "", "L4", 23034)
+    assert gpu1.util_pct == 55.5
     assert not gpu1.healthy and gpu1.health_reason == "xid 79 (reboot class)"
     path.unlink()
-    assert all(r.healthy for r in source.readings())
+    assert source.readings() == []
 
 
 @pytest.mark.parametrize(
-    ("values", "reason"),
+    ("values", "reason", "code"),
     [
-        ("xid_last = 13", ""),  # an application XID: the job's fault, not the GPU's
-        ("xid_last = 43", ""),
-        ("xid_last = 48", "xid 48 (reset class)"),
-        ("xid_last = 95", "xid 95 (reset class)"),
-        ("xid_last = 999", ""),  # unknown: reported in the reading, never masks
-        ("ecc_dbe_volatile = 2", "2 uncorrectable ECC errors"),
-        ("ecc_sbe_volatile = 200", ""),
-        ("remap_pending = true", "row remap pending (needs a GPU reset)"),
-        ("remap_failure = true", "row remap failure"),
-        ("temp_c = 89.5", ""),
-        ("temp_c = 90", "temperature 90 C >= 90 C"),
-        ('health_reason = "fallen off the bus"', "fallen off the bus"),
+        ("xid_last = 13", "", ""),  # an application XID: the job's fault, not the GPU's
+        ("xid_last = 43", "", ""),
+        ("xid_last = 94", "", ""),  # contained ECC: the job's
+        ("xid_last = 48", "xid 48 (reset class)", "xid_reset"),
+        ("xid_last = 95", "xid 95 (reset class)", "xid_reset"),
+        ("xid_last = 79", "xid 79 (reboot class)", "xid_reboot"),
+        ("xid_last = 999", "", ""),  # unknown: reported in the reading, never masks
+        ("ecc_dbe_volatile = 2", "2 uncorrectable ECC errors", "ecc_dbe"),
+        ("ecc_sbe_volatile = 200", "", ""),
+        ("remap_pending = true", "row remap pending (needs a GPU reset)", "remap_pending"),
+        ("remap_failure = true", "row remap failure", "remap_failure"),
+        ("temp_c = 89.5", "", ""),
+        ("temp_c = 90", "temperature 90 C >= 90 C", "temperature"),
+        (
+            "temp_c = 97\necc_dbe_volatile = 3",
+            "3 uncorrectable ECC errors; temperature 97 C >= 90 C",
+            "ecc_dbe",
+        ),
+        ('health_reason = "fallen off the bus"', "fallen off the bus", "lost"),
     ],
 )
-def test_health_verdicts(tmp_path: Path, values: str, reason: str) -> None:
+def test_health_verdicts(tmp_path: Path, values: str, reason: str, code: str) -> None:
     path = tmp_path / "t.toml"
     path.write_text(f"[[gpus]]\nindex = 0\n{values}\n")
     reading = DeclaredTelemetry(NODE, path, GpuHealthPolicy(max_temp_c=90)).readings()[0]
     assert (reading.healthy, reading.health_reason) == (not reason, reason)
+    # The code, not the text with its values, labels the metric.
+    assert (reason_code(reading.health_reason) if reason else "") == code
 
 
 def test_xid_classes() -> None:
-    assert [xid_class(x) for x in (79, 48, 64, 74, 95, 13, 31, 43, 7)] == [
+    assert [xid_class(x) for x in (79, 48, 64, 74, 95, 13, 31, 43, 94, 63, 92, 7)] == [
         "reboot", "reset", "reset", "reset", "reset",
-        "application", "application", "application", "unknown",
+        "application", "application", "application", "application",
+        "unknown", "unknown", "unknown",
     ]  # fmt: skip
 
 
@@ -107,12 +117,31 @@ def test_without_nvml_one_line_then_the_declared_file(
         "no-gpu": FakeNvml([]),
     }[why]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(inventory, "NVIDIA_PROC", tmp_path / "no-driver")
     with caplog.at_level(logging.INFO, "gpufleet.agent"):
         source = open_telemetry(NODE, tmp_path / "t.toml")
     assert isinstance(source, DeclaredTelemetry)
     assert len(caplog.records) == 1
     assert f"GPU readings come from {tmp_path / 't.toml'}" in caplog.records[0].getMessage()
-    assert len(source.readings()) == 2
+    assert (source.readings(), source.fault) == ([], "")
+
+
+def test_nvml_failing_on_a_gpu_host_fails_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The driver lists GPUs but NVML cannot start: a fault, not a quiet fallback."""
+    proc = tmp_path / "gpus"
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        (proc / bus).mkdir(parents=True)
+    monkeypatch.setattr(inventory, "NVIDIA_PROC", proc)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([], fail_init=True))
+    with caplog.at_level(logging.INFO, "gpufleet.agent"):
+        source = open_telemetry(NODE, tmp_path / "t.toml")
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert source.fault.startswith("telemetry: NVML cannot start")
+    assert source.fault.endswith("though the driver lists 2 GPUs")
+    health = NodeChecks(CheckSettings()).run(source.readings(), [source.fault])
+    assert (health.ok, health.reason) == (False, source.fault)
 
 
 def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,6 +175,24 @@ def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not nvml.initialised
 
 
+def test_nvml_forgets_an_xid_after_the_hold_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML reports no GPU reset: a last XID ages out, and the GPU it masked comes back."""
+    nvml = FakeNvml([FakeGpu("GPU-a"), FakeGpu("GPU-b")])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    now = [1000.0]
+    source = NvmlTelemetry(nvml, clock=lambda: now[0])
+    nvml.xids.append((1, 48))
+    gpu = source.readings()[1]
+    assert (gpu.xid_last, gpu.xid_count, gpu.healthy) == (48, 1, False)
+    now[0] += XID_HOLD_S - 1
+    assert source.readings()[1].xid_last == 48
+    now[0] += 1
+    gpu = source.readings()[1]
+    assert (gpu.xid_last, gpu.xid_count, gpu.healthy) == (0, 1, True)  # the count stays
+    nvml.xids.append((1, 79))  # a new XID stands its own hold time
+    assert source.readings()[1].xid_last == 79
+
+
 def test_every_heartbeat_carries_the_file_as_it_is_now(tmp_path: Path) -> None:
     fake = FakeController()
     fake.max_wait_s = 0.2
@@ -164,11 +211,12 @@ def test_every_heartbeat_carries_the_file_as_it_is_now(tmp_path: Path) -> None:
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
         try:
-            eventually(lambda: any(s.gpus for s in fake.syncs))
-            assert [g.temp_c for g in fake.syncs[-1].gpus] == [0.0, 0.0]
+            eventually(lambda: len(fake.syncs) > 1)
+            assert fake.syncs[-1].gpus == []  # no file yet: no readings
             path.write_text("[[gpus]]\nindex = 1\ntemp_c = 95\n")
-            eventually(lambda: not fake.syncs[-1].gpus[1].healthy)
-            assert fake.syncs[-1].gpus[1].health_reason == "temperature 95 C >= 90 C"
+            eventually(lambda: fake.syncs[-1].gpus and not fake.syncs[-1].gpus[0].healthy)
+            (gpu,) = fake.syncs[-1].gpus
+            assert (gpu.index, gpu.health_reason) == (1, "temperature 95 C >= 90 C")
         finally:
             agent.stop()
             thread.join(5)

@@ -14,10 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, spec
-from gpufleet.adapters.prometheus import DCGM_FIELDS, exposition
+from gpufleet.adapters.prometheus import DCGM_FIELDS, exposition, gpu_text
 from gpufleet.api.agent_schemas import AgentSync, GpuReading, RunReport
 from gpufleet.controller.config import config_from_dict
-from gpufleet.controller.metrics import _allocated
+from gpufleet.controller.metrics import GpuView, _allocated
+from gpufleet.controller.readings import NodeReadings
 from gpufleet.controller.service import Controller
 from gpufleet.controller.setup import setup_from_config
 from gpufleet.core.model import GPU, Node
@@ -196,7 +197,7 @@ def test_gpu_readings_under_dcgm_names_with_their_holders(cluster: Cluster) -> N
         "remap_failure": True,
         "remap_uncorrectable": 1,
         "healthy": False,
-        "health_reason": "XID 79",
+        "health_reason": "xid 79 (reboot class); 2 uncorrectable ECC errors; row remap failure",
     }
     ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync(gpus=readings(4)))
     ctl.sync_agent(principal=ADMIN, node=other, body=AgentSync(gpus=readings(4, **fault)))
@@ -225,14 +226,18 @@ def test_gpu_readings_under_dcgm_names_with_their_holders(cluster: Cluster) -> N
         assert value(got, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", **bad) == 1
         assert value(got, "DCGM_FI_DEV_ROW_REMAP_FAILURE", **bad) == 1
         assert value(got, "gpufleet_gpu_xid_errors_total", **bad) == 3
-        assert value(got, "gpufleet_gpu_healthy", **bad, reason="XID 79") == 0
+        assert value(got, "gpufleet_gpu_healthy", **bad, reason="xid_reboot") == 0  # a code
     assert len(held) == 2  # the job's two GPUs are the two labelled with it
     # A node whose agent stops syncing stops reporting readings: no stale values.
     cluster.clock.advance(100)
-    ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync())
+    ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync(gpus=readings(4)))
     ctl.run_cycle_now()
     after = scrape(ctl)
     assert {dict(k)["Hostname"] for k in named(after, "DCGM_FI_DEV_GPU_TEMP")} == {node}
+    # Nor does one whose agent syncs without readings (its source has none now).
+    cluster.clock.advance(100)
+    ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync())
+    assert named(scrape(ctl), "DCGM_FI_DEV_GPU_TEMP") == {}
 
 
 def test_preemption_and_requeue_are_counted(cluster: Cluster) -> None:
@@ -272,3 +277,31 @@ def test_the_allocated_fraction_counts_shares_and_mig_slices() -> None:
     state.allocate(Assignment(node=0, gpus=(1,), gpu_milli=500))
     # 2 of GPU 0's 7 slices; half of GPU 1; GPU 2 free.
     assert _allocated(state) == [[2 / 7, 0.5, 0.0]]
+
+
+def gpu_series(gpus: list[GpuView], readings: list[NodeReadings]) -> Series:
+    out: Series = {}
+    for family in text_string_to_metric_families(gpu_text(gpus, readings)):
+        for s in family.samples:
+            out[s.name, frozenset(s.labels.items())] = s.value
+    return out
+
+
+def test_a_gpu_without_uuid_gets_one_of_its_node_and_index() -> None:
+    """Declared GPUs have no NVIDIA UUID: ``NODE/gpuINDEX``, not the bare index on every node."""
+    gpus = [GpuView(node, 0, "", "L4", 0.0, ()) for node in ("n1", "n2")]
+    readings = [NodeReadings(node, 0.0, (GpuReading(index=0, temp_c=40),)) for node in ("n1", "n2")]
+    got = gpu_series(gpus, readings)
+    for name in ("gpufleet_gpu_allocated", "DCGM_FI_DEV_GPU_TEMP"):
+        assert sorted(dict(k)["UUID"] for k in named(got, name)) == ["n1/gpu0", "n2/gpu0"]
+
+
+def test_the_health_reason_label_is_a_code_that_stays_while_values_move() -> None:
+    gpus = [GpuView("n1", 0, "GPU-0", "L4", 0.0, ())]
+    labels = set()
+    for temp in (95, 96, 97):
+        reason = f"temperature {temp} C >= 90 C"
+        reading = GpuReading(index=0, temp_c=temp, healthy=False, health_reason=reason)
+        got = gpu_series(gpus, [NodeReadings("n1", 0.0, (reading,))])
+        labels |= {dict(k).get("reason") for k in named(got, "gpufleet_gpu_healthy")}
+    assert labels == {"temperature"}

@@ -6,6 +6,7 @@ gives each alert a case where it fires (and cases where it must not).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 
 from deploy.conftest import DEPLOY, promtool
 from deploy.series import metric_names
+from gpufleet.agent.health import XID_REBOOT, XID_RESET
 
 RULES = DEPLOY / "prometheus" / "gpufleet-rules.yml"
 TESTS = DEPLOY / "prometheus" / "gpufleet-rules.test.yml"
@@ -66,7 +68,29 @@ def test_the_example_configuration_checks(tmp_path: Path) -> None:
     (tmp_path / "gpufleet.token").write_text("gf_secret\n")  # the file the scrape job names
     result = run("check", "config", "prometheus.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert f"SUCCESS: {len(alerts())} rules found" in result.stdout
+
+
+def test_the_xid_alerts_list_the_agents_xid_classes() -> None:
+    """One source of truth: the agent's classes; only the class that fails the node drains."""
+    rules = {rule["alert"]: rule for rule in alerts()}
+    for name, codes, action in (
+        ("GpuXidHardwareError", XID_RESET, None),
+        ("GpuXidFallenOffBus", XID_REBOOT, "drain"),
+    ):
+        listed = {
+            int(x)
+            for x in re.findall(r"DCGM_FI_DEV_XID_ERRORS\{[^}]*\} == (\d+)", rules[name]["expr"])
+        }
+        assert listed == codes, name
+        assert rules[name]["labels"].get("action") == action, name
+
+
+def test_every_selector_matches_the_gpufleet_scrape_job() -> None:
+    for rule in alerts():
+        for name in metric_names(rule["expr"]):
+            selectors = re.findall(rf"\b{name}(\{{[^}}]*\}})?", rule["expr"])
+            assert all('job="gpufleet"' in s for s in selectors), (rule["alert"], name)
 
 
 def test_metric_names_reads_promql() -> None:

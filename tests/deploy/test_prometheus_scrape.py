@@ -195,6 +195,7 @@ def test_every_gpu_of_every_agent_has_its_dcgm_series(scraped: tuple[Prometheus,
         assert labels["modelName"] == MODEL
         assert labels["device"] == f"nvidia{gpu}"
         assert labels["job"] == "gpufleet"  # the scrape job's, untouched
+        assert labels["instance"] == node  # the example's relabelling, for dcgm dashboards
         assert float(series["value"][1]) == 50 + int(gpu)
         if "hpc_job" in labels:
             holders += 1
@@ -243,7 +244,7 @@ def test_the_rules_fire_on_the_scraped_series(scraped: tuple[Prometheus, str]) -
     alerts = until(
         "the XID alert",
         lambda: [
-            a for a in prometheus.firing() if a["labels"]["alertname"] == "GpuXidHardwareError"
+            a for a in prometheus.firing() if a["labels"]["alertname"] == "GpuXidFallenOffBus"
         ],
         30,
     )

@@ -11,7 +11,12 @@ Two kinds of series (``docs/metrics.md`` lists every one):
   (the label dcgm-exporter's HPC job mapping uses; ``job`` is the scrape
   job's), ``user`` and ``account``. Jobs sharing a GPU are listed joined by
   commas. Only nodes whose agent syncs report readings: a down node's
-  series end rather than repeat old values.
+  series end rather than repeat old values, and so do a node's whose agent
+  has sent no readings for ``STALE_INTERVALS`` heartbeat intervals (its
+  source has none now). A GPU without a UUID (a declared one) gets
+  ``NODE/gpuINDEX``, unique and stable, but no NVIDIA UUID.
+  ``gpufleet_gpu_healthy``'s ``reason`` is the code of the worst problem
+  (``agent.health.REASON_CODES``), never its text with live values.
 
 dcgm-exporter declares some DCGM fields counters, but their names lack the
 ``_total`` suffix that prometheus_client's counters add; they are exposed
@@ -31,10 +36,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from gpufleet.agent.health import reason_code
 from gpufleet.api.agent_schemas import GpuReading
 from gpufleet.controller.metrics import GpuView, Holder, Observation
 from gpufleet.controller.readings import NodeReadings
 from gpufleet.controller.service import Controller
+
+STALE_INTERVALS = 2.0
+"""Readings older than this many heartbeat intervals are not exported: every sync of an
+agent whose source reads the GPUs carries fresh ones."""
 
 # (name, Prometheus type, help, reading) in dcgm-exporter's units.
 DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float]], ...] = (
@@ -108,7 +118,8 @@ def exposition(controller: Controller) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ControllerCollector(controller, view))
     up = {n.name for n in view.nodes if n.up}
-    readings = [r for name, r in controller.gpu_readings().items() if name in up]
+    oldest = view.now - STALE_INTERVALS * view.heartbeat_interval_s
+    readings = [r for name, r in controller.gpu_readings().items() if name in up and r.at >= oldest]
     return generate_latest(registry) + gpu_text(view.gpus, readings).encode()
 
 
@@ -269,7 +280,7 @@ def gpu_text(gpus: Sequence[GpuView], readings: Iterable[NodeReadings]) -> str:
             for out, (_, _, _, read) in zip(lines, DCGM_FIELDS, strict=True):
                 out.append(f"{labels} {float(read(r))!r}")
             xids.append(f"{labels} {float(r.xid_count)!r}")
-            reason = f',reason="{_escape(r.health_reason)}"}}' if r.health_reason else "}"
+            reason = "}" if r.healthy else f',reason="{reason_code(r.health_reason)}"}}'
             healthy.append(f"{labels[:-1]}{reason} {float(r.healthy)!r}")
     families = [
         (
@@ -286,7 +297,7 @@ def gpu_text(gpus: Sequence[GpuView], readings: Iterable[NodeReadings]) -> str:
         (
             "gpufleet_gpu_healthy",
             "gauge",
-            "1 while the agent finds the GPU healthy; reason says why not.",
+            "1 while the agent finds the GPU healthy; reason is the code of the worst problem.",
             healthy,
         ),
     ]
@@ -310,7 +321,7 @@ def _labels(node: str, index: int, uuid: str, model: str, holders: Sequence[Hold
     left out when the GPU is free, as Prometheus drops empty labels anyway)."""
     named = [
         ("gpu", str(index)),
-        ("UUID", uuid),
+        ("UUID", uuid or f"{node}/gpu{index}"),
         ("device", f"nvidia{index}"),
         ("modelName", model),
         ("Hostname", node),

@@ -14,7 +14,8 @@ a busy file server often answers the second time.
 
 GPUs whose readings are unhealthy in the reboot class (the GPU fell off the
 bus, XID 79) fail the node; other unhealthy GPUs are named in the verdict
-for the controller to mask, and the node keeps working.
+for the controller to mask, and the node keeps working. So does a fault of
+the readings' source (NVML failing on a host whose driver lists GPUs).
 
 When the node fails and a remediation command is configured, the failing
 verdict goes out first (the controller drains the node), then the command
@@ -112,9 +113,9 @@ class NodeChecks:
         self._sleep = sleep
         self._remediated = False  # once per failure: until a verdict passes again
 
-    def run(self, gpus: Sequence[GpuReading]) -> NodeHealth:
-        """Check now."""
-        problems = self._problems(gpus)
+    def run(self, gpus: Sequence[GpuReading], faults: Sequence[str] = ()) -> NodeHealth:
+        """Check now; each of ``faults`` (found elsewhere) fails the node too."""
+        problems = [*self._problems(gpus), *faults]
         if not problems:
             self._remediated = False
         return NodeHealth(

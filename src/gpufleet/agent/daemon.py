@@ -298,12 +298,13 @@ class Agent:
         """Run the node's checks every interval, or at once when a GPU's verdict changes;
         a failing verdict goes out before its remediation, the re-check after it."""
         assert self._checks is not None
+        faults = [self._telemetry.fault] if self._telemetry and self._telemetry.fault else []
         while not self._stop.is_set():
-            health = self._checks.run(self._gpus)
+            health = self._checks.run(self._gpus, faults)
             self._publish(health)
             remediation = self._checks.remediate(health)
             if remediation:
-                again = self._checks.run(self._gpus)
+                again = self._checks.run(self._gpus, faults)
                 self._publish(again.model_copy(update={"remediation": remediation}))
             self._recheck.wait(self._checks.settings.interval_s)
             self._recheck.clear()

@@ -1,17 +1,29 @@
 """Where the agent's GPU readings come from: NVML, or the node's declared file.
 
 ``open_telemetry`` uses NVML (nvidia-ml-py) when the library and a driver
-are there and see at least one GPU. Otherwise it says so in one log line and
-reads the declared telemetry file instead: a TOML file of ``[[gpus]]``
-tables, each with an ``index`` and any ``GpuReading`` fields to set,
-re-read at every heartbeat. Declared GPUs it does not mention read as idle
-and cool. That file is how a node without NVIDIA hardware (a laptop, CI)
-shows GPU readings, and how tests inject an XID or a temperature.
+are there and see at least one GPU. Otherwise it reads the declared
+telemetry file instead: a TOML file of ``[[gpus]]`` tables, each with an
+``index`` and any ``GpuReading`` fields to set, re-read at every heartbeat.
+Only the GPUs the file names have readings: a GPU it does not name, or a
+missing file, sends none, so ``/metrics`` has no series for it rather
+than made-up zeros. That file is how a node without NVIDIA hardware (a
+laptop, CI) shows GPU readings, and how tests inject an XID or a
+temperature.
+
+On a host whose driver lists GPUs, NVML failing is a fault, not a choice:
+the declared source then carries a ``fault`` that fails the node's health
+verdict (the node drains, ``gpufleet nodes`` says why), since its XIDs and
+ECC errors go unwatched.
+
+NVML keeps each GPU's last XID for ``XID_HOLD_S`` after it was seen: NVML
+reports no GPU reset, so a reset GPU comes back when its XID has aged out
+(or the agent restarts).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -21,6 +33,7 @@ from pydantic import ValidationError
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
 from gpufleet.agent.discover import nvml_text
 from gpufleet.agent.health import LOST, GpuHealthPolicy, judged
+from gpufleet.agent.inventory import nvidia_gpu_count
 from gpufleet.api.agent_schemas import GpuReading
 from gpufleet.core.model import Node
 
@@ -29,11 +42,16 @@ log = logging.getLogger("gpufleet.agent")
 MIB = 1 << 20
 T = TypeVar("T")
 
+XID_HOLD_S = 3600.0
+"""How long NVML's last XID of a GPU stands (and masks it, for the reset class)."""
+
 
 class Telemetry(Protocol):
     """A source of the node's GPU readings, judged by the health checks."""
 
     description: str
+    fault: str
+    """Why this source is not what the host should have ('' when it is): fails the node."""
 
     def readings(self) -> list[GpuReading]: ...
 
@@ -48,25 +66,32 @@ def telemetry_path(inventory: Path) -> Path:
 class DeclaredTelemetry:
     """Readings of the declared GPUs, with the values the telemetry file sets."""
 
-    def __init__(self, node: Node, path: Path, policy: GpuHealthPolicy | None = None) -> None:
+    def __init__(
+        self, node: Node, path: Path, policy: GpuHealthPolicy | None = None, fault: str = ""
+    ) -> None:
         self.node = node
         self.path = path
         self.policy = policy or GpuHealthPolicy()
         self.description = f"declared telemetry file {path}"
+        self.fault = fault
         self._values: dict[int, dict[str, Any]] = {}
         self._complaint = ""
 
     def readings(self) -> list[GpuReading]:
+        """The GPUs the file names; ``uuid`` stays empty unless declared (``/metrics``
+        makes one from the node and index)."""
         self._reload()
         out = []
         for gpu in self.node.gpus:
+            if gpu.index not in self._values:
+                continue
             base: dict[str, Any] = {
                 "index": gpu.index,
-                "uuid": gpu.uuid or str(gpu.index),
+                "uuid": gpu.uuid,
                 "model": gpu.model,
                 "mem_free_mib": gpu.memory_mib,
             }
-            base.update(self._values.get(gpu.index, {}))
+            base.update(self._values[gpu.index])
             out.append(judged(GpuReading.model_validate(base), self.policy))
         return out
 
@@ -100,15 +125,23 @@ class DeclaredTelemetry:
 class NvmlTelemetry:
     """Readings from NVML. XIDs come from an NVML event set, polled at each reading."""
 
-    def __init__(self, nvml: Any, policy: GpuHealthPolicy | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        policy: GpuHealthPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.nvml = nvml
         self.policy = policy or GpuHealthPolicy()
         self.description = "NVML"
+        self.fault = ""
+        self._clock = clock
         count = nvml.nvmlDeviceGetCount()
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self._uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in self._handles]
         self._models = [nvml_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
         self._xid_last = [0] * count
+        self._xid_seen = [0.0] * count
         self._xid_count = [0] * count
         self._events = None
         try:
@@ -132,6 +165,7 @@ class NvmlTelemetry:
             pass
 
     def _drain_xids(self) -> None:
+        """Take the XID events waiting; forget a last XID older than ``XID_HOLD_S``."""
         if self._events is None:
             return
         by_handle = {id(h): i for i, h in enumerate(self._handles)}
@@ -139,7 +173,7 @@ class NvmlTelemetry:
             try:
                 event = self.nvml.nvmlEventSetWait_v2(self._events, 0)
             except self.nvml.NVMLError:  # NVML_ERROR_TIMEOUT: no event waiting
-                return
+                break
             i = by_handle.get(id(event.device))
             if i is None:
                 i = next(
@@ -152,7 +186,12 @@ class NvmlTelemetry:
                 )
             if i is not None and event.eventData:
                 self._xid_last[i] = int(event.eventData)
+                self._xid_seen[i] = self._clock()
                 self._xid_count[i] += 1
+        now = self._clock()
+        for i, seen in enumerate(self._xid_seen):
+            if self._xid_last[i] and now - seen >= XID_HOLD_S:
+                self._xid_last[i] = 0
 
     def _read(self, i: int) -> GpuReading:
         nvml, h = self.nvml, self._handles[i]
@@ -231,11 +270,17 @@ def open_telemetry(
     node: Node, declared: Path, policy: GpuHealthPolicy | None = None, nvml: Any = None
 ) -> Telemetry:
     """NVML (``nvml``, an initialised ``pynvml``, else loaded here) when it sees GPUs;
-    else the declared file, saying why in one line."""
+    else the declared file, saying why in one line: a warning, and a ``fault`` that
+    fails the node, where the driver lists GPUs that NVML should have seen."""
     why = ""
     if nvml is None:
         nvml, why = load_nvml()
     if nvml is not None:
         return NvmlTelemetry(nvml, policy)
-    log.info("%s; GPU readings come from %s", why, declared)
-    return DeclaredTelemetry(node, declared, policy)
+    listed = nvidia_gpu_count()
+    if not listed:
+        log.info("%s; GPU readings come from %s", why, declared)
+        return DeclaredTelemetry(node, declared, policy)
+    fault = f"telemetry: {why} though the driver lists {listed} GPUs"
+    log.warning("%s; GPU readings come from %s", fault, declared)
+    return DeclaredTelemetry(node, declared, policy, fault=fault)
