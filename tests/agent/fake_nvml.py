@@ -23,7 +23,7 @@ class FakeGpu:
     name: str = "NVIDIA A100-SXM4-80GB"
     memory_mib: int = 81920
     used_mib: int = 0
-    util: int = 0
+    util: int | None = 0  # None: not supported (a MIG-partitioned GPU)
     temp: int = 40
     power_mw: int = 60000
     throttle: int = 0
@@ -112,7 +112,10 @@ class FakeNvml:
         )
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
-        return SimpleNamespace(gpu=self._gpu(h).util, memory=0)
+        g = self._gpu(h)
+        if g.util is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(gpu=g.util, memory=0)
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         return self._gpu(h).temp

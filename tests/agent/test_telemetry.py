@@ -148,7 +148,8 @@ def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
     nvml = FakeNvml(
         [
             FakeGpu("GPU-a", used_mib=1024, util=80, temp=65, power_mw=250500, throttle=4),
-            FakeGpu("GPU-b", ecc=None, remap=None),  # a GPU without ECC or row remapping
+            # No ECC, no row remapping, and no utilisation (as under MIG).
+            FakeGpu("GPU-b", ecc=None, remap=None, util=None),
             FakeGpu("GPU-c", ecc=(3, 1), remap=(2, 1, 1, 0)),
         ]
     )
@@ -161,6 +162,7 @@ def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
     )  # fmt: skip
     assert (a.temp_c, a.power_w, a.throttle_reasons, a.healthy) == (65.0, 250.5, 4, True)
     assert (b.ecc_dbe_volatile, b.remap_pending, b.healthy) == (0, False, True)
+    assert b.util_pct is None  # unread, not idle
     assert (c.ecc_sbe_volatile, c.ecc_dbe_volatile) == (3, 1)
     assert (c.remap_correctable, c.remap_uncorrectable, c.remap_pending) == (2, 1, True)
     assert c.health_reason == "1 uncorrectable ECC errors; row remap pending (needs a GPU reset)"

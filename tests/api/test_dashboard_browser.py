@@ -66,7 +66,7 @@ memory_mib = 16384
 gpus = { model = "A100-80GB", count = 4 }
 """
 TELEMETRY = {
-    "a1": "[[gpus]]\nindex = 0\nutil_pct = 87.0\n",
+    "a1": "[[gpus]]\nindex = 0\nutil_pct = 87.0\n[[gpus]]\nindex = 1\nutil_pct = 12.0\n",
     "m1": "[[gpus]]\nindex = 1\nxid_last = 48\n",
 }
 AGENTS = ("a1", "a2", "m1")

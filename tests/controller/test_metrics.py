@@ -240,6 +240,17 @@ def test_gpu_readings_under_dcgm_names_with_their_holders(cluster: Cluster) -> N
     assert named(scrape(ctl), "DCGM_FI_DEV_GPU_TEMP") == {}
 
 
+def test_a_utilisation_not_read_has_no_sample(cluster: Cluster) -> None:
+    # NVML reads none on a MIG-partitioned GPU: 0 % would make it look idle to the
+    # idle-GPU alert, and its action could requeue the job.
+    ctl = cluster.ctl
+    unread = [r.model_copy(update={"util_pct": None}) for r in readings(2)]
+    ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync(gpus=unread))
+    got = scrape(ctl)
+    assert named(got, "DCGM_FI_DEV_GPU_UTIL") == {}
+    assert len(named(got, "DCGM_FI_DEV_GPU_TEMP")) == 2
+
+
 def test_preemption_and_requeue_are_counted(cluster: Cluster) -> None:
     ctl = cluster.ctl
     for _ in range(2):

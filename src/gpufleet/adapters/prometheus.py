@@ -47,7 +47,7 @@ STALE_INTERVALS = 2.0
 agent whose source reads the GPUs carries fresh ones."""
 
 # (name, Prometheus type, help, reading) in dcgm-exporter's units.
-DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float]], ...] = (
+DCGM_FIELDS: tuple[tuple[str, str, str, Callable[[GpuReading], float | None]], ...] = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilisation (%).", lambda r: r.util_pct),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory in use (MiB).", lambda r: r.mem_used_mib),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (MiB).", lambda r: r.mem_free_mib),
@@ -278,7 +278,9 @@ def gpu_text(gpus: Sequence[GpuView], readings: Iterable[NodeReadings]) -> str:
                 known.holders if known else (),
             )
             for out, (_, _, _, read) in zip(lines, DCGM_FIELDS, strict=True):
-                out.append(f"{labels} {float(read(r))!r}")
+                value = read(r)
+                if value is not None:  # a value the source could not read has no sample
+                    out.append(f"{labels} {float(value)!r}")
             xids.append(f"{labels} {float(r.xid_count)!r}")
             reason = "}" if r.healthy else f',reason="{reason_code(r.health_reason)}"}}'
             healthy.append(f"{labels[:-1]}{reason} {float(r.healthy)!r}")

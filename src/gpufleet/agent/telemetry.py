@@ -212,7 +212,9 @@ class NvmlTelemetry:
         memory = nvml.nvmlDeviceGetMemoryInfo(h)
         remap = _maybe(nvml, lambda: nvml.nvmlDeviceGetRemappedRows(h), (0, 0, 0, 0))
         return {
-            "util_pct": float(_maybe(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu, 0)),
+            "util_pct": _maybe(
+                nvml, lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu), None
+            ),
             "mem_used_mib": int(memory.used) // MIB,
             "mem_free_mib": int(memory.free) // MIB,
             "temp_c": float(

@@ -300,10 +300,10 @@ async function jobGpus(job, where, seen = new Map()) {
       const r = readings.get(gpu.index);
       const key = page.node.name + "/" + gpu.index;
       const history = seen.get(key) || [];
-      if (r) history.push(r.reading.util_pct);
+      if (r && r.reading.util_pct !== null) history.push(r.reading.util_pct);
       seen.set(key, history.slice(-GPU_HISTORY));
       rows.push(row(page.node.name, num(gpu.index), gpu.model,
-        num(r ? r.reading.util_pct.toFixed(0) + "%" : "no reading"),
+        num(r ? (r.reading.util_pct === null ? "not read" : r.reading.util_pct.toFixed(0) + "%") : "no reading"),
         el("td", {}, history.length ? sparkline(seen.get(key)) : ""),
         num(r ? r.reading.mem_used_mib + " MiB" : ""), num(r ? r.reading.temp_c.toFixed(0) + " C" : ""),
         r ? when(r.at) : ""));
@@ -329,7 +329,7 @@ async function nodePage(name) {
     g.jobs.forEach((id, i) => { if (i) jobs.append(", "); jobs.append(jobLink(id)); });
     if (g.other_jobs) jobs.append((g.jobs.length ? ", " : "") + g.other_jobs + " of other users");
     return row(num(g.index), g.model, g.mig.join(", "), num(g.used_milli / 1000), jobs,
-      num(r ? r.util_pct.toFixed(0) + "%" : ""), num(r ? r.temp_c.toFixed(0) + " C" : ""),
+      num(r && r.util_pct !== null ? r.util_pct.toFixed(0) + "%" : ""), num(r ? r.temp_c.toFixed(0) + " C" : ""),
       num(r ? r.power_w.toFixed(0) + " W" : ""), num(r ? r.xid_last || "" : ""),
       num(r ? r.ecc_dbe_volatile : ""), r ? (r.healthy ? "healthy" : el("span", { class: "error" }, "unhealthy: " + r.health_reason)) : "no reading");
   });
