@@ -106,6 +106,9 @@ BAD = [
     ("[server]\ninterval_s = 0\n", "server.interval_s: must be greater than or equal to 1"),
     ("[server]\npriority_calc_s = -1\n", "server.priority_calc_s: must be greater"),
     ("[server]\nkill_grace_s = 'soon'\n", "server.kill_grace_s: must be a whole number"),
+    # A quoted number is no number, as in the policy tables.
+    ("[server]\nkill_grace_s = '30'\n", "server.kill_grace_s: must be a whole number"),
+    ("[[principals]]\nname = 'ana'\naccounts = 'vision'\n", "principals.ana.accounts: must"),
     ("[server]\ndefault_stdout = 'out-%N'\n", "server.default_stdout: unknown pattern '%N'"),
     ("[server]\ndefault_stdout = ''\n", "server.default_stdout: must be a non-empty path"),
     ("[server]\ndefault_partition = 'gpu'\n", "server.default_partition: unknown partition 'gpu'"),

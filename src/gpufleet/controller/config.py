@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups, pools_from_tables
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
@@ -69,6 +69,7 @@ from gpufleet.core.model import InvalidSpec, Node, Request
 from gpufleet.core.pools import NodePool
 from gpufleet.policies.autoscale import autoscaler
 from gpufleet.policies.config import Policy, PolicyConfig, UserConfig, cap_problems
+from gpufleet.policies.tables import StrictTable
 from gpufleet.policies.validation import entry_label
 from gpufleet.policies.validation import problems as describe
 
@@ -92,11 +93,7 @@ class ConfigError(ValueError):
         super().__init__("; ".join(f"{source}: {p}" for p in self.problems))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ServerConfig(_Strict):
+class ServerConfig(StrictTable):
     """The ``[server]`` table: how the controller runs (Slurm's name in brackets)."""
 
     interval_s: int = Field(
@@ -154,7 +151,7 @@ class ServerConfig(_Strict):
         return self.heartbeat_interval_s * self.missed_heartbeats
 
 
-class PrincipalConfig(_Strict):
+class PrincipalConfig(StrictTable):
     """One ``[[principals]]`` entry: a user name, its role, the accounts it may charge.
 
     The first account is the default for jobs that name none.
@@ -176,7 +173,7 @@ class PrincipalConfig(_Strict):
         return self.accounts[0] if self.accounts else None
 
 
-class ControllerConfig(_Strict):
+class ControllerConfig(StrictTable):
     """The whole file. ``nodes`` holds the node groups as written; ``build()`` reads them."""
 
     server: ServerConfig = Field(default_factory=ServerConfig)
