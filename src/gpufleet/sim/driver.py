@@ -424,6 +424,7 @@ class Simulation:
         self.skipped = 0
         self.failures = 0
         self.fruitless: dict[str, int] = defaultdict(int)  # job -> preemptions since progress
+        self.fruitless_count = 0  # their sum
         self.fruitless_since = 0  # the last job's end or checkpoint
         self.fruitless_longest = 0  # the longest of those preempted runs, in seconds
         self.reconfigurations = 0
@@ -876,7 +877,7 @@ class Simulation:
     def _progressed(self) -> None:
         if self.fruitless:
             self.fruitless.clear()
-            self.fruitless_longest = 0
+            self.fruitless_count = self.fruitless_longest = 0
         self.fruitless_since = self.now
 
     def _fruitless(self, rec: JobRecord, elapsed: int) -> None:
@@ -885,8 +886,9 @@ class Simulation:
         their checkpoint interval: each run is stopped before it saves anything)."""
         job = rec.job
         self.fruitless[job.id] += 1
+        self.fruitless_count += 1
         self.fruitless_longest = max(self.fruitless_longest, elapsed)
-        count = sum(self.fruitless.values())
+        count = self.fruitless_count
         if count <= FRUITLESS_PER_JOB * (len(self.pending) + len(self.running)):
             return
         worst = max(self.fruitless, key=lambda i: self.fruitless[i])
