@@ -24,8 +24,8 @@ class FakeGpu:
     memory_mib: int = 81920
     used_mib: int = 0
     util: int | None = 0  # None: not supported (a MIG-partitioned GPU)
-    temp: int = 40
-    power_mw: int = 60000
+    temp: int | None = 40  # None: no sensor NVML can read
+    power_mw: int | None = 60000  # None: no power reading (NVML's NOT_SUPPORTED)
     throttle: int = 0
     ecc: tuple[int, int] | None = (0, 0)  # corrected, uncorrected; None: no ECC
     remap: tuple[int, int, int, int] | None = (0, 0, 0, 0)
@@ -118,10 +118,10 @@ class FakeNvml:
         return SimpleNamespace(gpu=g.util, memory=0)
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
-        return self._gpu(h).temp
+        return _supported(self._gpu(h).temp)
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        return self._gpu(h).power_mw
+        return _supported(self._gpu(h).power_mw)
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
         return self._gpu(h).throttle
@@ -188,3 +188,9 @@ class FakeNvml:
 
 def _bus(index: int) -> str:
     return f"00000000:{0x10 + index:02X}:00.0"
+
+
+def _supported(value: int | None) -> int:
+    if value is None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return value

@@ -39,6 +39,7 @@ def test_declared_gpus_have_readings_only_where_the_file_gives_them(tmp_path: Pa
     (gpu1,) = source.readings()
     assert (gpu1.index, gpu1.uuid, gpu1.model, gpu1.mem_free_mib) == (1, "", "L4", 23034)
     assert gpu1.util_pct == 55.5
+    assert (gpu1.temp_c, gpu1.power_w) == (None, None)  # not set: not read
     assert not gpu1.healthy and gpu1.health_reason == "xid 79 (reboot class)"
     path.unlink()
     assert source.readings() == []
@@ -148,8 +149,8 @@ def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
     nvml = FakeNvml(
         [
             FakeGpu("GPU-a", used_mib=1024, util=80, temp=65, power_mw=250500, throttle=4),
-            # No ECC, no row remapping, and no utilisation (as under MIG).
-            FakeGpu("GPU-b", ecc=None, remap=None, util=None),
+            # No ECC, no row remapping, no utilisation (as under MIG), no sensors.
+            FakeGpu("GPU-b", ecc=None, remap=None, util=None, temp=None, power_mw=None),
             FakeGpu("GPU-c", ecc=(3, 1), remap=(2, 1, 1, 0)),
         ]
     )
@@ -162,7 +163,7 @@ def test_nvml_readings(monkeypatch: pytest.MonkeyPatch) -> None:
     )  # fmt: skip
     assert (a.temp_c, a.power_w, a.throttle_reasons, a.healthy) == (65.0, 250.5, 4, True)
     assert (b.ecc_dbe_volatile, b.remap_pending, b.healthy) == (0, False, True)
-    assert b.util_pct is None  # unread, not idle
+    assert (b.util_pct, b.temp_c, b.power_w) == (None, None, None)  # unread, not idle or cold
     assert (c.ecc_sbe_volatile, c.ecc_dbe_volatile) == (3, 1)
     assert (c.remap_correctable, c.remap_uncorrectable, c.remap_pending) == (2, 1, True)
     assert c.health_reason == "1 uncorrectable ECC errors; row remap pending (needs a GPU reset)"

@@ -66,7 +66,10 @@ memory_mib = 16384
 gpus = { model = "A100-80GB", count = 4 }
 """
 TELEMETRY = {
-    "a1": "[[gpus]]\nindex = 0\nutil_pct = 87.0\n[[gpus]]\nindex = 1\nutil_pct = 12.0\n",
+    "a1": (
+        "[[gpus]]\nindex = 0\nutil_pct = 87.0\ntemp_c = 71\npower_w = 250.4\n"
+        "[[gpus]]\nindex = 1\nutil_pct = 12.0\n"
+    ),
     "m1": "[[gpus]]\nindex = 1\nxid_last = 48\n",
 }
 AGENTS = ("a1", "a2", "m1")
@@ -271,6 +274,13 @@ def test_the_cluster_map_shows_every_gpu_in_its_state(tmp_path: Path, browser: A
         gpus = browser.find_elements(By.CSS_SELECTOR, "#job-gpus tbody tr")
         assert [r.text.split()[0] for r in gpus] == ["a1", "a1"]
         assert len(browser.find_elements(By.CSS_SELECTOR, "#job-gpus polyline")) == 2
+        # A node's readings: GPU 1's temperature and power were never read, so no figure.
+        browser.execute_script("location.hash = '#/nodes/a1'")
+        _ready(browser, "nodes")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#main table tbody tr")
+        cells = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows[:2]]
+        assert cells[0][5:8] == ["87%", "71 C", "250 W"]
+        assert cells[1][5:8] == ["12%", "", ""]
         browser.execute_script("location.hash = '#/nodes/m1'")
         _ready(browser, "nodes")
         assert "unhealthy" in browser.find_element(By.ID, "main").text

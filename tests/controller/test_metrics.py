@@ -251,6 +251,16 @@ def test_a_utilisation_not_read_has_no_sample(cluster: Cluster) -> None:
     assert len(named(got, "DCGM_FI_DEV_GPU_TEMP")) == 2
 
 
+def test_temperature_and_power_not_read_have_no_sample(cluster: Cluster) -> None:
+    # 0 C and 0 W would be invented: a dashboard would average them into the node's.
+    ctl = cluster.ctl
+    unread = [r.model_copy(update={"temp_c": None, "power_w": None}) for r in readings(2)]
+    ctl.sync_agent(principal=ADMIN, node="n1", body=AgentSync(gpus=unread))
+    got = scrape(ctl)
+    assert named(got, "DCGM_FI_DEV_GPU_TEMP") == named(got, "DCGM_FI_DEV_POWER_USAGE") == {}
+    assert len(named(got, "DCGM_FI_DEV_GPU_UTIL")) == 2
+
+
 def test_preemption_and_requeue_are_counted(cluster: Cluster) -> None:
     ctl = cluster.ctl
     for _ in range(2):

@@ -94,7 +94,7 @@ def problems(reading: GpuReading, policy: GpuHealthPolicy) -> list[Problem]:
         found.append(Problem("remap_failure", "row remap failure"))
     if reading.remap_pending:
         found.append(Problem("remap_pending", "row remap pending (needs a GPU reset)"))
-    if reading.temp_c >= policy.max_temp_c:
+    if reading.temp_c is not None and reading.temp_c >= policy.max_temp_c:
         found.append(
             Problem("temperature", f"temperature {reading.temp_c:g} C >= {policy.max_temp_c:g} C")
         )

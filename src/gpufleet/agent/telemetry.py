@@ -217,10 +217,12 @@ class NvmlTelemetry:
             ),
             "mem_used_mib": int(memory.used) // MIB,
             "mem_free_mib": int(memory.free) // MIB,
-            "temp_c": float(
-                _maybe(nvml, lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU), 0)
+            "temp_c": _maybe(
+                nvml,
+                lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                None,
             ),
-            "power_w": _maybe(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(h), 0) / 1000.0,
+            "power_w": _maybe(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0, None),
             "throttle_reasons": int(
                 _maybe(nvml, lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h), 0)
             ),

@@ -106,9 +106,10 @@ class GpuReading(_Request):
     remapped (``remap_pending``: a remap waits for a GPU reset). ``xid_last``
     is the last XID the agent saw (0: none), ``xid_count`` how many it saw
     since it started. ``healthy`` and ``health_reason`` are the agent's
-    verdict (``agent/health.py``): an unhealthy GPU is masked. ``util_pct`` is
-    None where it cannot be read (NVML has none for a MIG-partitioned GPU; a
-    declared file may leave it out): a missing reading must not look idle.
+    verdict (``agent/health.py``): an unhealthy GPU is masked. ``util_pct``,
+    ``temp_c`` and ``power_w`` are None where they cannot be read (NVML has no
+    utilisation for a MIG-partitioned GPU; a declared file may leave any out):
+    a missing reading must not look idle, cold or unpowered.
     """
 
     index: int = Field(..., ge=0, le=1023)
@@ -117,8 +118,8 @@ class GpuReading(_Request):
     util_pct: float | None = Field(None, ge=0.0, le=100.0)
     mem_used_mib: int = Field(0, ge=0)
     mem_free_mib: int = Field(0, ge=0)
-    temp_c: float = 0.0
-    power_w: float = Field(0.0, ge=0.0)
+    temp_c: float | None = None
+    power_w: float | None = Field(None, ge=0.0)
     throttle_reasons: int = Field(0, ge=0)
     ecc_sbe_volatile: int = Field(0, ge=0)
     ecc_dbe_volatile: int = Field(0, ge=0)

@@ -62,6 +62,8 @@ function row(...cells) {
 }
 
 const num = (value) => el("td", { class: "num" }, value ?? "");
+// A GPU reading rounded with its unit; empty where the source could not read it.
+const reading = (value, unit) => (value === null || value === undefined ? "" : value.toFixed(0) + unit);
 const link = (href, text) => el("a", { href }, text);
 const jobLink = (id) => link("#/jobs/" + encodeURIComponent(id), id);
 const nodeLink = (name) => link("#/nodes/" + encodeURIComponent(name), name);
@@ -305,7 +307,7 @@ async function jobGpus(job, where, seen = new Map()) {
       rows.push(row(page.node.name, num(gpu.index), gpu.model,
         num(r ? (r.reading.util_pct === null ? "not read" : r.reading.util_pct.toFixed(0) + "%") : "no reading"),
         el("td", {}, history.length ? sparkline(seen.get(key)) : ""),
-        num(r ? r.reading.mem_used_mib + " MiB" : ""), num(r ? r.reading.temp_c.toFixed(0) + " C" : ""),
+        num(r ? r.reading.mem_used_mib + " MiB" : ""), num(r ? reading(r.reading.temp_c, " C") : ""),
         r ? when(r.at) : ""));
     }
   }
@@ -329,8 +331,8 @@ async function nodePage(name) {
     g.jobs.forEach((id, i) => { if (i) jobs.append(", "); jobs.append(jobLink(id)); });
     if (g.other_jobs) jobs.append((g.jobs.length ? ", " : "") + g.other_jobs + " of other users");
     return row(num(g.index), g.model, g.mig.join(", "), num(g.used_milli / 1000), jobs,
-      num(r && r.util_pct !== null ? r.util_pct.toFixed(0) + "%" : ""), num(r ? r.temp_c.toFixed(0) + " C" : ""),
-      num(r ? r.power_w.toFixed(0) + " W" : ""), num(r ? r.xid_last || "" : ""),
+      num(r ? reading(r.util_pct, "%") : ""), num(r ? reading(r.temp_c, " C") : ""),
+      num(r ? reading(r.power_w, " W") : ""), num(r ? r.xid_last || "" : ""),
       num(r ? r.ecc_dbe_volatile : ""), r ? (r.healthy ? "healthy" : el("span", { class: "error" }, "unhealthy: " + r.health_reason)) : "no reading");
   });
   main.replaceChildren(el("h1", {}, "Node " + node.name),
