@@ -149,6 +149,9 @@ def test_the_queue_the_cycle_and_the_nodes(cluster: Cluster) -> None:
     assert ratio == pytest.approx(1.6, rel=1e-3)
     assert value(got, "gpufleet_fairshare_usage_ratio", account="nlp") == pytest.approx(0.4, 1e-3)
     assert value(got, "gpufleet_fairshare_shares_normalized", account="vision") == 0.5
+    usage = "gpufleet_fairshare_usage_billable_gpu_seconds"
+    nlp = value(got, usage, account="nlp")
+    assert nlp > 0 and value(got, usage, account="vision") == pytest.approx(4 * nlp, rel=1e-3)
     ana = value(got, "gpufleet_fairshare_factor", account="vision", user="ana")
     bob = value(got, "gpufleet_fairshare_factor", account="nlp", user="bob")
     assert 0 <= ana < bob <= 1

@@ -226,7 +226,7 @@ def _fairshare_families(view: Observation) -> Iterator[Metric]:
         labels=labels,
     )
     usage = GaugeMetricFamily(
-        "gpufleet_fairshare_usage",
+        "gpufleet_fairshare_usage_billable_gpu_seconds",
         "Decayed billable GPU-seconds, rolled up the account tree.",
         labels=labels,
     )
