@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from controller.harness import ADMIN, ANA, BOB, OPERATOR, Cluster, inventory, setup, spec
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import AgentRegister, RunReport
+from gpufleet.controller import service
 from gpufleet.controller.clock import WallClock
 from gpufleet.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from gpufleet.controller.loop import SchedulerLoop
@@ -394,3 +395,16 @@ def test_a_due_time_that_moved_on_starts_no_cycle() -> None:
         assert not ran.wait(0.6)
     finally:
         loop.stop()
+
+
+def test_the_shapes_known_to_fit_stay_bounded(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each new shape walks the nodes once and is remembered; many one-off shapes
+    # must not grow the memory without end.
+    monkeypatch.setattr(service, "MAX_SHAPES", 2)
+    for gpus in (1, 2, 3, 4, 1):
+        cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=gpus))
+        assert len(cluster.ctl._holdable) <= 2
+    with pytest.raises(Invalid):  # still checked after the memory starts again
+        cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=5))

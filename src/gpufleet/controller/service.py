@@ -172,7 +172,8 @@ USAGE_KEYS = ("user", "account", "partition", "qos")
 BULK_TASKS = 1000
 """An array of this many tasks or more is built and committed with the collector paused."""
 MAX_SHAPES = 10_000
-"""Distinct requests remembered for sharing; past this the memory starts again."""
+"""Distinct requests remembered (for sharing, and as holdable); past this the memory
+starts again."""
 CONFIG_DIGEST = "config.file_digest"
 """store_meta key: the SHA-256 of the configuration file's document last stored."""
 LEARNT_STATES = ("COMPLETED", "FAILED", "TIMEOUT")
@@ -509,6 +510,8 @@ class Controller:
         if (request, partition) not in self._holdable:
             nodes = [info.node for info in list(self._nodes.values())]
             check_capacity(request, part, nodes, self.setup.pools)
+            if len(self._holdable) >= MAX_SHAPES:
+                self._holdable.clear()  # many one-off shapes: walk the nodes again
             self._holdable.add((request, partition))
         # As Slurm: a partition without a default time gives its maximum.
         time_limit = spec.time_limit_s or part.default_time_s or part.max_time_s or DEFAULT_TIME_S
