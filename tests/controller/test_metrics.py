@@ -312,8 +312,10 @@ def gpu_series(gpus: list[GpuView], readings: list[NodeReadings]) -> Series:
 
 
 def test_a_gpu_without_uuid_gets_one_of_its_node_and_index() -> None:
-    """Declared GPUs have no NVIDIA UUID: ``NODE/gpuINDEX``, not the bare index on every node."""
-    gpus = [GpuView(node, 0, "", "L4", 0.0, ()) for node in ("n1", "n2")]
+    """Declared GPUs have no NVIDIA UUID: ``NODE/gpuINDEX``, not the bare index on every node.
+
+    An agent without NVML registers each GPU by its index (``Inventory.gpu_ids``)."""
+    gpus = [GpuView(node, 0, "0", "L4", 0.0, ()) for node in ("n1", "n2")]
     readings = [NodeReadings(node, 0.0, (GpuReading(index=0, temp_c=40),)) for node in ("n1", "n2")]
     got = gpu_series(gpus, readings)
     for name in ("gpufleet_gpu_allocated", "DCGM_FI_DEV_GPU_TEMP"):

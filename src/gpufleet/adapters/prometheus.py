@@ -321,9 +321,11 @@ def _escape(value: str) -> str:
 def _labels(node: str, index: int, uuid: str, model: str, holders: Sequence[Holder]) -> str:
     """``{...}``: dcgm-exporter's labels of one GPU, then its holders' (joined by commas;
     left out when the GPU is free, as Prometheus drops empty labels anyway)."""
+    # A node without NVML registers its GPUs by index (what CUDA_VISIBLE_DEVICES takes
+    # there): no UUID, and the same on every node, so the label is made unique instead.
     named = [
         ("gpu", str(index)),
-        ("UUID", uuid or f"{node}/gpu{index}"),
+        ("UUID", f"{node}/gpu{index}" if uuid in ("", str(index)) else uuid),
         ("device", f"nvidia{index}"),
         ("modelName", model),
         ("Hostname", node),
