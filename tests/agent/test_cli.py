@@ -28,6 +28,26 @@ def test_missing_inventory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("server", "token", "message"),
+    [
+        ("http://[::1", "t", "error: --server: 'http://[::1' is not a valid URL: Invalid port"),
+        ("http://127.0.0.1:9", "gf_\u00fc", "error: --token: the token must be printable ASCII"),
+        ("http://127.0.0.1:9", "gf_a\nb", "error: --token: the token must be printable ASCII"),
+    ],
+)
+def test_a_server_or_token_no_request_could_carry_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str, token: str, message: str
+) -> None:
+    inventory = tmp_path / "node.toml"
+    inventory.write_text(INVENTORY)
+    argv = ["agent", "--server", server, "--token", token, "--inventory", str(inventory)]
+    assert main([*argv, "--state-dir", str(tmp_path / "state"), "--same-user"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message), err
+    assert err.count("\n") == 1
+
+
 def test_refused_token_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inventory = tmp_path / "node.toml"
     inventory.write_text(INVENTORY)

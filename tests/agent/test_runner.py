@@ -175,6 +175,52 @@ def test_failure_to_start_is_a_report(
     assert message in report.message
 
 
+def test_a_relative_state_dir_still_runs_scripts(
+    launch: Launches, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The job runs in its workdir, elsewhere: its script's path must not be relative.
+    monkeypatch.chdir(tmp_path)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    runner = Runner("state", "n1", same_user=True)
+    try:
+        runner.start(launch("13", script="#!/bin/sh\necho ran\n", workdir=str(workdir)))
+        report = wait_ended(runner)["13"]
+        assert (report.state, report.exit_code) == ("exited", 0), report.message
+        assert launch.output("13") == "ran\n"
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize(
+    ("program", "message"),
+    [
+        # Beside the agent, but not in the job's workdir, where the job looks it up.
+        ("./beside-the-agent", "./beside-the-agent: no such file"),
+        # In the workdir, with a #! interpreter that does not exist.
+        ("./in-the-workdir", "./in-the-workdir: interpreter /nonexistent/python3 not found"),
+    ],
+)
+def test_a_missing_program_is_told_from_a_missing_interpreter(
+    runner: Runner,
+    launch: Launches,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    program: str,
+    message: str,
+) -> None:
+    agent_dir, workdir = tmp_path / "agent", tmp_path / "work"
+    for folder, name in ((agent_dir, "beside-the-agent"), (workdir, "in-the-workdir")):
+        folder.mkdir()
+        (folder / name).write_text("#!/nonexistent/python3\nprint(1)\n")
+        (folder / name).chmod(0o755)
+    monkeypatch.chdir(agent_dir)
+    runner.start(launch("14", argv=[program], workdir=str(workdir)))
+    report = wait_ended(runner)["14"]
+    assert report.state == "failed_to_start"
+    assert report.message.endswith(message), report.message
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs jobs as other users")
 def test_root_agent_refuses_an_unknown_user(tmp_path: Path, launch: Launches) -> None:
     runner = Runner(tmp_path / "state", "n1")

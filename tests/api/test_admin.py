@@ -80,6 +80,23 @@ def test_configuration_is_admin_only_versioned_and_audited(cluster: Cluster) -> 
     assert actions  # the token creations and the patch at least
 
 
+def test_a_bad_patch_names_every_bad_key(cluster: Cluster) -> None:
+    patch = {
+        "server": {"interval_s": -1, "kill_grace_s": "x"},
+        "policy": {"bogus": 1},
+        "principals": [{"name": "root", "role": "admin"}, {"name": "../x"}],
+    }
+    with cluster.client("admin") as c:
+        bad = problem(c.patch("/v1/config", json={"patch": patch}), 422)
+    assert bad["detail"] == "4 invalid fields"
+    assert [e["field"] for e in bad["errors"]] == [
+        "body.patch.server.interval_s",
+        "body.patch.server.kill_grace_s",
+        "body.patch.policy.bogus",
+        "body.patch.principals[1].name",
+    ]
+
+
 def test_a_patch_of_a_string_for_a_bool_or_a_number_is_refused(cluster: Cluster) -> None:
     with cluster.client("admin") as c:
         before = c.get("/v1/config").json()

@@ -79,7 +79,7 @@ def test_token_create_list_revoke(db: Database, capsys: pytest.CaptureFixture[st
         (["token", "create", "--user", "u", "--role", "node"], "--node"),
         (["token", "create", "--user", "u", "--role", "user", "--node", "n1"], "--node"),
         (["token", "create", "--user", "", "--role", "user"], "--user"),
-        (["token", "revoke", "nope"], "ID"),
+        (["token", "revoke", "nope"], "--data"),  # no store there to revoke from
     ],
 )
 def test_token_bad_input_is_one_line(
@@ -87,13 +87,13 @@ def test_token_bad_input_is_one_line(
 ) -> None:
     code, out, err = _run([*args, "--data", str(tmp_path)], capsys)
     assert (code, out) == (2, "")
-    assert err.startswith(f"error: {where}: ") and err.count("\n") == 1
+    assert err.startswith(f"error: {' '.join(args[:2])}: {where}: ") and err.count("\n") == 1
 
 
 def test_token_needs_one_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for store in ([], ["--data", str(tmp_path), "--db", "sqlite://"]):
         code, _, err = _run(["token", "list", *store], capsys)
-        assert code == 2 and err.startswith("error: --data: ")
+        assert code == 2 and err == "error: token list: give either --data DIR or --db URL\n"
 
 
 def _free_port() -> int:

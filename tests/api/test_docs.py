@@ -8,6 +8,7 @@ fail the way the page says.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -64,3 +65,6 @@ def test_the_examples_run_against_gpufleet_up(tmp_path: Path) -> None:
     assert '"reason":"new cables"' in out
     assert '"jobs_to_start":[]' in out
     assert '"status":403' in out.splitlines()[-1]  # the sync for another node
+    # The node no agent stands behind is drained, so that no later job waits on it.
+    n2 = json.loads(out[out.rindex('{"name":"n2"') :])
+    assert (n2["state"], n2["reason"]) == ("drain", "example node, no agent")

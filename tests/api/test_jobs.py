@@ -202,6 +202,11 @@ def _output_status(cluster: Cluster, job_id: str) -> int:
         ({"gpu_milli": 1000}, "body.gpu_milli"),  # a share is below one GPU
         ({"time_limit_s": 0}, "body.time_limit_s"),
         ({"mem_mib": 2**70}, "body.mem_mib"),
+        # Past year 9999: a typo, which would overflow the scheduler's 64-bit columns.
+        ({"begin": 99999999999999999999}, "body.begin"),
+        ({"begin": 253_402_300_800}, "body.begin"),
+        # Whole GPUs and a share of one: refused, not one of them silently dropped.
+        ({"gpus_per_node": 2, "gpu_milli": 500, "hold": True}, "body.gpu_milli"),
         ({"workdir": ""}, "body.workdir"),
         ({"script": "x" * 1_000_001}, "body.script"),
         ({"colour": "red"}, "body.colour"),  # unknown keys are refused, not ignored
@@ -258,6 +263,36 @@ def test_a_refused_submission_uses_up_no_job_id(cluster: Cluster) -> None:
     with cluster.client("alice") as c:
         for job_id in (first, second):
             assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "cursor", ["garbage", "99999999999999999999", "9223372036854775808", "\u00b2", "-1"]
+)
+def test_a_cursor_this_server_never_issued_is_422(cluster: Cluster, cursor: str) -> None:
+    with cluster.client("admin") as c:
+        for path in ("/v1/jobs", "/v1/audit"):
+            assert fields(c.get(path, params={"cursor": cursor})) == {"query.cursor"}, path
+
+
+def test_a_negative_nice_is_for_operators_and_admins(cluster: Cluster) -> None:
+    with cluster.client("alice") as c:
+        refused = problem(
+            c.post("/v1/jobs", json=job(cluster.workdir, hold=True, nice=-10000)), 403
+        )
+    assert refused["detail"].startswith("body.nice: ")
+    for who, nice in (("alice", 10), ("operator", -10)):
+        job_id = _submit(cluster, who, hold=True, nice=nice, account="vision")
+        with cluster.client(who) as c:
+            assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+
+
+def test_a_missing_account_is_422_and_another_users_is_403(cluster: Cluster) -> None:
+    with cluster.client("alice") as c:
+        assert fields(c.post("/v1/jobs", json=job(cluster.workdir, account="nope"))) == {
+            "body.account"
+        }
+        other = problem(c.post("/v1/jobs", json=job(cluster.workdir, account="nlp")), 403)
+    assert other["detail"].startswith("body.account: alice may not charge account 'nlp'")
 
 
 def test_an_oversize_submission_is_413(cluster: Cluster) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from gpufleet.adapters.store import Store
 from gpufleet.cli.main import main
+from store.databases import POSTGRES_URL
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NODES = FIXTURES / "nodes.csv"
@@ -151,7 +154,99 @@ def test_token_create_refuses_a_bad_user_name(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, user: str
 ) -> None:
     status = main(["token", "create", "--data", str(tmp_path), "--user", user, "--role", "user"])
-    assert_one_error_line(status, *capsys.readouterr(), "--user: must be 1-64 letters")
+    assert_one_error_line(
+        status, *capsys.readouterr(), "error: token create: --user: must be 1-64 letters"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "start"),
+    [
+        (["create", "--user", "ann", "--role", "king"], "error: token create: --role: 'king'"),
+        (["create", "--user", "ann", "--role", "user", "--node", ""], "token create: --node:"),
+        (["revoke", "nope"], "error: token revoke: ID: no token 'nope'"),
+        (["revoke", "a\tb"], "error: token revoke: ID: must be printable"),
+        (["list", "--db", "nonsense"], "error: token list: --db: Could not parse"),
+    ],
+)
+def test_token_errors_name_the_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], start: str
+) -> None:
+    made = ["token", "create", "--data", str(tmp_path), "--user", "ann", "--role", "user"]
+    assert main(made) == 0
+    capsys.readouterr()
+    store = [] if "--db" in argv else ["--data", str(tmp_path)]
+    status = main(["token", *argv, *store])
+    assert_one_error_line(status, *capsys.readouterr(), start)
+
+
+@pytest.mark.parametrize("command", [["list"], ["revoke", "abc"]])
+@pytest.mark.parametrize("how", ["--data", "--db", "empty file"])
+def test_token_list_and_revoke_make_no_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str], how: str
+) -> None:
+    # A mistyped path: nothing is created there, and the command says so.
+    where = tmp_path / "typo"
+    if how == "empty file":  # what earlier versions left behind
+        where.mkdir()
+        (where / "gpufleet.db").touch()
+    option = ["--db", f"sqlite:///{where / 'x.db'}"] if how == "--db" else ["--data", str(where)]
+    status = main(["token", *command, *option])
+    what = (
+        f"--db: no gpufleet store at {option[1]}"
+        if how == "--db"
+        else f"--data: no gpufleet store in {where}"
+    )
+    assert_one_error_line(status, *capsys.readouterr(), f"error: token {command[0]}: {what}")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (
+        ["gpufleet.db", "typo"] if how == "empty file" else []
+    )
+
+
+def test_token_list_needs_a_store_in_the_postgresql_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    missing = f"error: token list: --db: no gpufleet store at {url}"
+    # No such schema, then an empty one: no store either way, and none is made.
+    assert_one_error_line(main(["token", "list", "--db", url]), *capsys.readouterr(), missing)
+    store = Store(POSTGRES_URL, schema=schema)  # creates the schema, and nothing in it
+    try:
+        assert_one_error_line(main(["token", "list", "--db", url]), *capsys.readouterr(), missing)
+        assert store.revision() is None
+        made = ["token", "create", "--db", url, "--user", "ann", "--role", "user"]
+        assert main(made) == 0
+        capsys.readouterr()
+        assert main(["token", "list", "--db", url]) == 0
+        assert " ann " in capsys.readouterr().out
+    finally:
+        store.drop_schema()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GPUFLEET_TOKEN", "gf_\u00fc", "GPUFLEET_TOKEN: the token must be printable ASCII"),
+        ("GPUFLEET_TOKEN", "gf_a\nb", "GPUFLEET_TOKEN: the token must be printable ASCII"),
+        ("GPUFLEET_URL", "http://[::1", "GPUFLEET_URL: 'http://[::1' is not a valid URL"),
+    ],
+)
+def test_a_token_or_url_that_cannot_be_sent_is_an_input_error(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    name: str,
+    value: str,
+    message: str,
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    # Refused before any request: no controller answers at this address.
+    monkeypatch.setenv("GPUFLEET_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv(name, value)
+    for command in ("queue", "nodes", "predict report"):
+        status = main(command.split())
+        assert_one_error_line(status, *capsys.readouterr(), f"error: {command}: {message}")
 
 
 def test_token_create_makes_the_store_private(tmp_path: Path) -> None:

@@ -205,3 +205,31 @@ def test_bad_settings_are_named(tmp_path: Path, text: str, message: str) -> None
     (tmp_path / "gpufleet" / "client.toml").write_text(text)
     with pytest.raises(ClientConfigError, match=re.escape(message)):
         client_settings({"XDG_CONFIG_HOME": str(tmp_path)}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # httpx would raise on each of these only once the request is built or sent.
+        ({"GPUFLEET_URL": "http://[::1"}, "GPUFLEET_URL: 'http://[::1' is not a valid URL"),
+        ({"GPUFLEET_URL": "http://"}, "GPUFLEET_URL: 'http://' names no host"),
+        ({"GPUFLEET_URL": "http://a b"}, "GPUFLEET_URL: 'http://a b' contains white space"),
+        ({"GPUFLEET_URL": "http://a:99999"}, "port 99999 is not 1..65535"),
+        ({"GPUFLEET_TOKEN": "gf_\u00fc"}, "GPUFLEET_TOKEN: the token must be printable ASCII"),
+        ({"GPUFLEET_TOKEN": "gf_a\nb"}, "GPUFLEET_TOKEN: the token must be printable ASCII"),
+        ({"GPUFLEET_TOKEN": "gf_a b"}, "GPUFLEET_TOKEN: the token must be printable ASCII"),
+    ],
+)
+def test_a_url_or_token_no_request_could_carry_is_refused(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ClientConfigError, match=re.escape(message)):
+        client_settings(env, tmp_path)
+
+
+def test_a_bad_token_in_the_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "gpufleet").mkdir()
+    path = tmp_path / "gpufleet" / "client.toml"
+    path.write_text('token = "gf_\u00fc"\n')
+    with pytest.raises(ClientConfigError, match=re.escape(f"{path}: the token must be")):
+        client_settings({"XDG_CONFIG_HOME": str(tmp_path)}, tmp_path)

@@ -140,6 +140,22 @@ def test_queue_filters_by_user(
     assert run(capsys, "cancel", mine)[0] == 0  # an operator cancels anyone's job
 
 
+def test_queue_me_is_the_tokens_user(
+    as_ada: Up, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = submit(capsys, "--wrap=true", LATER)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):  # what getpass reads
+        monkeypatch.setenv(name, "someone-else")
+    listed = json.loads(run(capsys, "queue", "--me", "--json")[1])
+    assert mine in [j["job_id"] for j in listed]
+    assert {j["user"] for j in listed} == {"ada"}
+    monkeypatch.setenv("GPUFLEET_TOKEN", as_ada.tokens["ops"])  # may see everyone's jobs
+    theirs = submit(capsys, "--wrap=true", LATER, "--account=lab")
+    listed = json.loads(run(capsys, "queue", "--me", "--json")[1])
+    assert [(j["job_id"], j["user"]) for j in listed] == [(theirs, "ops")]
+    assert run(capsys, "cancel", mine, theirs)[0] == 0
+
+
 def test_show_json_has_state_and_stdout_path(
     as_ada: Up, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

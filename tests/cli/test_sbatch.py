@@ -256,6 +256,11 @@ ERRORS = [
     (["-t"], SH, "-t: needs a value"),
     (["-c", "5000"], SH, "--cpus-per-task: 5000 is out of range 1..4096"),
     (["--gres=gpu:65"], SH, "--gres: 65 is out of range 0..64"),
+    # --nice takes the API's range, negative values included, and says so.
+    (["--nice=999999999"], SH, "--nice: 999999999 is out of range -10000..10000"),
+    (["--nice=-10001"], SH, "--nice: -10001 is out of range -10000..10000"),
+    (["--nice=--5"], SH, "--nice: '--5' is not a whole number"),
+    (["--nice=5-"], SH, "--nice: '5-' is not a whole number"),
     (["--job-name=" + "x" * 300], SH, "--job-name: string should have at most 256 characters"),
     (["b"], SH, "'b': script arguments are not supported; put them in the script"),
     ([], None, "give a script (- for standard input) or --wrap COMMAND"),
@@ -285,6 +290,11 @@ def test_bad_input_is_one_line_naming_the_option(
     text = str(caught.value)
     assert "\n" not in text
     assert text.startswith(message), text
+
+
+@pytest.mark.parametrize(("text", "nice"), [("-10000", -10000), ("-5", -5), ("10000", 10000)])
+def test_nice_takes_minus_to_plus_ten_thousand(text: str, nice: int) -> None:
+    assert submit(SH, f"--nice={text}").nice == nice
 
 
 def test_an_unreadable_script_is_named() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,6 +109,49 @@ def test_an_account_not_the_users_is_refused_naming_the_field(ctl: Controller) -
     assert ctl.list_jobs(principal=bob).jobs == []
 
 
+def test_a_missing_account_is_invalid_for_a_user_too_not_forbidden(ctl: Controller) -> None:
+    # 403 says the account exists but is not the user's; one that does not exist is a typo.
+    bob = login(ctl, "bob")
+    with pytest.raises(Invalid) as e:
+        ctl.submit(principal=bob, spec=spec(account="nope"))
+    assert (e.value.field, e.value.reason) == ("body.account", "no account 'nope'")
+
+
+def test_only_an_operator_or_admin_may_set_a_negative_nice(ctl: Controller) -> None:
+    # As Slurm: a negative nice raises a job over its peers, a privilege.
+    ana = login(ctl, "ana")
+    with pytest.raises(Forbidden) as e:
+        ctl.submit(principal=ana, spec=spec(nice=-1))
+    assert e.value.message.startswith("body.nice: ")
+    assert ctl.list_jobs(principal=ana).jobs == []
+    assert ctl.submit(principal=ana, spec=spec(nice=100)).job_id  # lowering its own is fine
+    operator = Principal(user="op", role="operator")
+    assert ctl.submit(principal=operator, spec=spec(nice=-10_000, account="ops")).job_id
+
+
+def test_a_pending_jobs_priority_is_the_one_the_last_cycle_ranked_it_by(ctl: Controller) -> None:
+    ana = login(ctl, "ana")
+    ctl.register_agent(principal=ADMIN, node="n1", body=AgentRegister(inventory=inventory("n1")))
+    whole = spec(gpus_per_node=4)
+    running = ctl.submit(principal=ana, spec=whole).job_id
+    plain = ctl.submit(principal=ana, spec=whole).job_id
+    nice = ctl.submit(principal=ana, spec=spec(gpus_per_node=4, nice=100)).job_id
+    held = ctl.submit(principal=ana, spec=spec(hold=True)).job_id
+
+    def priority(job: str) -> float | None:
+        return ctl.get_job(principal=ana, job_id=job).priority
+
+    assert priority(plain) is None  # no cycle has ranked it yet
+    ctl.run_cycle_now()
+    assert ctl.get_job(principal=ana, job_id=running).state == "RUNNING"
+    assert priority(running) is None and priority(held) is None
+    plain_priority = priority(plain)
+    assert plain_priority is not None and plain_priority > 0
+    assert priority(nice) == pytest.approx(plain_priority - 100)  # multifactor subtracts nice
+    listed = {j.job_id: j.priority for j in ctl.list_jobs(principal=ana).jobs}
+    assert listed[plain] == plain_priority
+
+
 def test_a_user_with_no_principal_entry_has_no_account_to_charge(ctl: Controller) -> None:
     # As Slurm with AccountingStorageEnforce=associations: no association, no job.
     carol = login(ctl, "carol")
@@ -181,7 +225,26 @@ def test_a_patch_is_validated_applied_at_the_next_cycle_and_audited(ctl: Control
     assert ctl.list_audit(principal=ADMIN).entries[0].action == "config.patch"
 
 
-def test_a_patch_survives_a_restart_and_a_changed_file_wins(db: Database, tmp_path: Path) -> None:
+def test_a_bad_patch_names_every_bad_key_where_it_is(ctl: Controller) -> None:
+    patch = {
+        "server": {"interval_s": -1, "kill_grace_s": "x"},
+        "policy": {"bogus": 1},
+        "principals": [{"name": "ana"}, {"name": "bob"}, {"name": "../x"}],
+    }
+    with pytest.raises(Invalid) as e:
+        ctl.patch_config(principal=ADMIN, patch=patch)
+    assert [field for field, _ in e.value.problems] == [
+        "body.patch.server.interval_s",
+        "body.patch.server.kill_grace_s",
+        "body.patch.policy.bogus",
+        "body.patch.principals[2].name",  # by position: a name may hold dots
+    ]
+    assert e.value.message.endswith("(and 3 more)")
+
+
+def test_a_patch_survives_a_restart_and_a_changed_file_wins(
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = ManualClock()
     ctl = configured(db, tmp_path, clock)
     patch = {"policy": {"partitions": [{"name": "gpu"}, {"name": "big"}]}}
@@ -194,7 +257,10 @@ def test_a_patch_survives_a_restart_and_a_changed_file_wins(db: Database, tmp_pa
     saved = CONFIG
     CONFIG = CONFIG.replace('name = "gpu"', 'name = "gpu2"')
     try:
-        ctl = configured(db, tmp_path, clock)
+        with caplog.at_level(logging.WARNING, logger="gpufleet.controller.service"):
+            ctl = configured(db, tmp_path, clock)
+        # The patch is gone, and the log says which stored version the file replaced.
+        assert "replaces stored v2 (root's patch)" in caplog.text
         assert [p.name for p in ctl.list_partitions(principal=ADMIN)] == ["gpu2"]
         assert ctl.get_config(principal=ADMIN).updated_by == "config-file"
         ctl.stop()

@@ -92,6 +92,24 @@ def test_usage_survives_a_restart_running_jobs_included(cluster: Cluster) -> Non
     assert rows(cluster)[("nlp", "bob")][0] == pytest.approx(1200)
 
 
+def test_an_operators_job_counts_to_the_account_it_charges(cluster: Cluster) -> None:
+    # op has no association with nlp: the usage is the account's, across a restart too.
+    job = cluster.ctl.submit(principal=OPERATOR, spec=spec(gpus_per_node=2, account="nlp"))
+    cluster.ctl.run_cycle_now()
+    cluster.sync(cluster.where(job.job_id))
+    cluster.clock.advance(HOUR)
+    cluster.exit(cluster.where(job.job_id), job.job_id, 1)
+    cluster.clock.advance(1)
+    before = rows(cluster)
+    assert before[("nlp", None)][0] == pytest.approx(7200)
+    assert before[("nlp", "bob")][0] == 0
+    assert not any(user == "op" for _, user in before)
+    # classic: bob's U_E is pulled to his account's (all the usage): 2^(-1/0.5) = 0.25
+    assert before[("nlp", "bob")][2] == pytest.approx(0.25)
+    cluster.restart()
+    assert rows(cluster)[("nlp", None)][0] == pytest.approx(7200)
+
+
 def test_usage_decays_by_its_half_life_across_a_restart(db: Database) -> None:
     c = Cluster(
         db,

@@ -172,6 +172,21 @@ def test_restart_rebuilds_and_kills_nothing(cluster: Cluster) -> None:
     assert int(nxt) > int(pending)
 
 
+def test_a_stored_begin_time_past_any_bound_waits_and_stops_no_cycle(cluster: Cluster) -> None:
+    # A row stored before submissions bounded begin: past int64, it would fail every cycle.
+    later = cluster.ctl.submit(principal=ANA, spec=spec(begin=10**9 * 100)).job_id
+    with cluster.ctl.store.write() as conn:
+        conn.execute(
+            t.jobs.update().where(t.jobs.c.job_id == later).values(begin_time=float(10**20))
+        )
+    cluster.restart()
+    job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+    waiting = cluster.ctl.get_job(principal=ANA, job_id=later)
+    assert (waiting.state, waiting.reason) == ("PENDING", "BeginTime")
+
+
 def test_a_start_persisted_but_never_sent_is_sent_after_a_restart(cluster: Cluster) -> None:
     job = cluster.ctl.submit(principal=ANA, spec=spec()).job_id
     cluster.ctl.run_cycle_now()  # committed; no agent has synced yet

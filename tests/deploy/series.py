@@ -137,7 +137,12 @@ def exported_series(tmp: Path) -> dict[str, frozenset[str]]:
         ctl.submit(principal=BOB, spec=spec(nodes=2, gpus_per_node=4))
         ctl.run_cycle_now()
         for node in ("n1", "n2"):
-            gpus = [GpuReading(index=i, uuid=f"GPU-{node}-{i}", util_pct=50.0) for i in range(4)]
+            gpus = [
+                GpuReading(
+                    index=i, uuid=f"GPU-{node}-{i}", util_pct=50.0, temp_c=60.0, power_w=300.0
+                )
+                for i in range(4)
+            ]
             ctl.sync_agent(principal=ADMIN, node=node, body=AgentSync(gpus=gpus))
         text = exposition(ctl).decode()
     finally:

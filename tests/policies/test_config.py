@@ -70,6 +70,12 @@ def test_a_valid_policy_builds_its_profile() -> None:
     assert policy.accounts.names == ("root", "vision", "alice")
 
 
+def test_without_accounts_a_partition_may_allow_any_account() -> None:
+    # Jobs then charge the accounts they name (a replayed trace's), so none is unknown.
+    policy = parse_policy('[[partitions]]\nname = "p"\nallowed_accounts = ["lab"]\n')
+    assert policy.partitions["p"].allowed_accounts == ("lab",)
+
+
 def test_defaults_are_a_strict_fifo_free_of_preemption() -> None:
     profile = parse_policy('[ordering]\nplugin = "fifo"\n').profile()
     assert isinstance(profile.ordering, Fifo)
@@ -112,6 +118,15 @@ def test_defaults_are_a_strict_fifo_free_of_preemption() -> None:
         (
             '[[partitions]]\nname = "p"\n[[partitions]]\nname = "p"\n',
             "policy.toml: partitions.p: defined twice",
+        ),
+        (
+            '[[accounts]]\nname = "a"\n[[partitions]]\nname = "p"\nallowed_accounts = ["zzz"]\n',
+            "policy.toml: partitions.p.allowed_accounts: unknown account 'zzz'",
+        ),
+        (
+            '[[accounts]]\nname = "a"\n[[reservations]]\nname = "r"\nstart = 0\nend = 1\ngpus = 1\n'
+            'accounts = ["zzz"]\n',
+            "policy.toml: reservations.r.accounts: unknown account 'zzz'",
         ),
     ],
 )

@@ -170,16 +170,19 @@ def test_charge_bills_running_jobs_to_their_associations() -> None:
     tree = AccountTree([Account("team")], [User("alice", "team"), User("bob", "team")])
     state = cluster(node("h").gpus(8).model("H100-80GB"), node("t").gpus(4).model("T4"))
 
-    def running(id: str, user: str, request: Request, node: int, qos: str = "normal") -> RunningJob:
+    def running(
+        id: str, user: str, request: Request, node: int, qos: str = "normal", account: str = "team"
+    ) -> RunningJob:
         job = Job(
-            id, user, "team", qos, "batch", request, 0, 3600, state=JobState.RUNNING, start_time=0
+            id, user, account, qos, "batch", request, 0, 3600, state=JobState.RUNNING, start_time=0
         )
         return RunningJob(job, (Assignment(node, gpus=(0,)),), 3600)
 
     jobs = [
         running("h", "alice", Request(gpus=2), node=0),
         running("t", "bob", Request(gpu_milli=500), node=1, qos="cheap"),
-        running("x", "eve", Request(gpus=4), node=0),  # no association: bills nobody
+        running("x", "eve", Request(gpus=4), node=1),  # no association (an admin): the account
+        running("y", "eve", Request(gpus=4), node=0, account="other"),  # unknown: bills nobody
     ]
     qos = {"normal": QoS("normal"), "cheap": QoS("cheap", usage_factor=0.5)}
     args = FairshareArgs(gpu_billing_weights={"H100-80GB": 3.0}, half_life_s=100)
@@ -187,9 +190,12 @@ def test_charge_bills_running_jobs_to_their_associations() -> None:
     after = charge(before, jobs, state, qos, 100, args)
     # alice: 1000 halved over one half-life = 500, + 2 GPUs x 100 s x 3 (H100) x 1 = 600 -> 1100
     # bob: 0.5 GPU x 100 s x 1 (T4 unlisted) x 0.5 (QoS cheap) = 25
+    # eve's x, to the account itself: 4 GPUs x 100 s x 1 (T4) = 400
     assert after.usage[tree.user("team", "alice")] == pytest.approx(1100.0)
     assert after.usage[tree.user("team", "bob")] == pytest.approx(25.0)
-    assert after.usage.sum() == pytest.approx(1125.0)
+    assert after.usage[tree.account("team")] == pytest.approx(400.0)
+    assert after.usage.sum() == pytest.approx(1525.0)
+    assert tree.rollup(after.usage)[tree.account("team")] == pytest.approx(1525.0)
 
 
 def test_account_usage_must_match_its_tree() -> None:

@@ -167,3 +167,34 @@ def test_a_promise_lasts_one_cycle() -> None:
     sc.book.stop("cheap", NOW + 30, requeue=False)
     sc.book.apply(Plan(), NOW + 30)  # a cycle that did not start urgent (say, it was held)
     assert sc.snapshot().promised == {}
+
+
+def test_the_room_is_the_jobs_even_behind_a_job_that_blocks_a_strict_queue() -> None:
+    sc = Scenario(
+        [node("a").gpus(8), node("b").gpus(8)],
+        now=NOW,
+        qos=[
+            QoS("normal"),
+            QoS("high", preempt=("scavenger",)),
+            QoS("scavenger", preempt_mode="requeue", grace_s=30),
+        ],
+        backfill="none",
+        preemption=True,
+    )
+    sc.run(qjob("cheap").gpus(8).qos("scavenger").limit(90_000), start=3600, on="a")
+    sc.run(qjob("dear").gpus(8).qos("scavenger").limit(90_000), start=0, on="b")
+    sc.submit(qjob("urgent").gpus(8).qos("high").submit(NOW))
+    assert sc.step().preempted == {"cheap": "urgent"}
+    assert sc.book is not None
+    # In the grace time a job ahead of urgent waits for resources, which without
+    # backfill stops the partition: urgent is still planned into cheap's room.
+    sc.submit(qjob("early").gpus(8).submit(-1))
+    out = sc.step(NOW + 10)
+    assert out.starts == {"urgent": ["a"]} and out.preempted == {}
+    assert out.reasons == {"early": "Resources"}
+    # cheap, requeued, ranks above urgent too (submitted at 0), and cannot have the room.
+    sc.book.stop("cheap", NOW + 30, requeue=True)
+    out = sc.step(NOW + 30)
+    assert out.starts == {"urgent": ["a"]} and out.preempted == {}
+    assert out.reasons == {"early": "Resources", "cheap": "Priority"}
+    assert out.effects is not None and [s.job_id for s in out.effects.started] == ["urgent"]

@@ -206,6 +206,22 @@ def test_grace_time_lets_the_victim_run_on() -> None:
     assert low.end == 140
 
 
+@pytest.mark.parametrize("width", [1, 2])
+def test_a_victim_requeued_ahead_of_its_preemptor_does_not_take_its_room(width: int) -> None:
+    """FIFO without backfill ranks the requeued victim (submitted at 0) above the job
+    that stopped it; the room is the preemptor's even so, or the victim would win it
+    back, be stopped again, and so on forever (or, on one node, both would wait)."""
+    qos = [{"name": "preemptible", "grace_s": 60}]
+    low = [tj(f"lo{i}", 0, 3000, gpus=4, preemptible=True) for i in range(1, width + 1)]
+    jobs = [*low, tj("hi", 1000, 100, gpus=4, priority_class="high")]
+    fifo = {**FIFO, "preemption": {"enabled": True}, "qos": qos}
+    result = by_id(run(nodes(width, gpus=4), jobs, fifo))
+    # hi stops lo1 at 1000 and runs once its grace time is over: 1060..1160.
+    assert (result["hi"].first_start, result["hi"].end) == (1060, 1160)
+    assert (result["lo1"].preemptions, result["lo1"].end) == (1, 4160)
+    assert {r.state for r in result.values()} == {"completed"}
+
+
 def test_cancel_mode_ends_the_victim() -> None:
     qos = [{"name": "preemptible", "preempt_mode": "cancel"}]
     result = run(nodes(1), low_and_high(), {**PREEMPT, "qos": qos})

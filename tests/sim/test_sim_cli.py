@@ -80,6 +80,22 @@ def test_compare_runs_profiles_side_by_side(
         (["--trace", TRACE, "--profile", "SIM"], "sim.interval_s"),
         (["--trace", TRACE, "--profile", "STR"], "backfill.max_job_test: must be a whole"),
         (["--trace", TRACE, "--profile", "/no/p.toml"], "p.toml: no such file"),
+        # Names the cluster lacks: every job there would wait forever.
+        (
+            ["--trace", TRACE, "--profile", "NODE"],
+            "node.toml: partitions.p.nodes: unknown node 'nope' "
+            "(the cluster's nodes: n0, n1, n2, n3, n4, ...)",
+        ),
+        (["--trace", TRACE, "--profile", "POOL"], "pool.toml: partitions.p.pools: unknown pool"),
+        (["--trace", TRACE, "--profile", "RES"], "res.toml: reservations.r.nodes: unknown node"),
+        (
+            ["--trace", TRACE, "--profile", "WIN"],
+            "win.toml: windows.night.policy.partitions.p.nodes: unknown node 'nope'",
+        ),
+        (
+            ["--trace", TRACE, "--profile", "ACCT"],
+            "acct.toml: partitions.p.allowed_accounts: unknown account 'zzz'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -89,6 +105,24 @@ def test_bad_input_is_one_line_and_exit_2(
         "BAD": policy(tmp_path, "bad", '[ordering]\nplugin = "random"\n'),
         "SIM": policy(tmp_path, "sim", "[sim]\ninterval_s = -1\n"),
         "STR": policy(tmp_path, "str", '[backfill]\nmax_job_test = "500"\n'),
+        "NODE": policy(tmp_path, "node", '[[partitions]]\nname = "p"\nnodes = ["nope"]\n'),
+        "POOL": policy(tmp_path, "pool", '[[partitions]]\nname = "p"\npools = ["gpu"]\n'),
+        "RES": policy(
+            tmp_path,
+            "res",
+            '[[reservations]]\nname = "r"\nstart = 0\nend = 60\nnodes = ["n1", "nope"]\n',
+        ),
+        "WIN": policy(
+            tmp_path,
+            "win",
+            '[sim]\ntime_origin = "epoch"\n[[windows]]\nname = "night"\nstart = "20:00"\n'
+            '[[windows.policy.partitions]]\nname = "p"\nnodes = ["nope"]\n',
+        ),
+        "ACCT": policy(
+            tmp_path,
+            "acct",
+            '[[accounts]]\nname = "a"\n[[partitions]]\nname = "p"\nallowed_accounts = ["zzz"]\n',
+        ),
     }
     args = [str(files.get(a, a)) for a in args]
     if "--cluster" not in args:

@@ -36,7 +36,15 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
-from gpufleet.api.schemas import JobOut, JobPage, JobStateName, JobSubmit, Problem, Submitted
+from gpufleet.api.schemas import (
+    Identity,
+    JobOut,
+    JobPage,
+    JobStateName,
+    JobSubmit,
+    Problem,
+    Submitted,
+)
 from gpufleet.controller.views import (
     AccountOut,
     FairshareRow,
@@ -124,9 +132,36 @@ def client_settings(environ: Mapping[str, str], home: Path) -> ClientSettings:
     url = environ.get("GPUFLEET_URL") or file.get("url") or DEFAULT_URL
     token = environ.get("GPUFLEET_TOKEN") or file.get("token") or None
     source = "GPUFLEET_URL" if environ.get("GPUFLEET_URL") else str(path) if file else "default"
+    check_url(source, url)
+    if token is not None:
+        check_token("GPUFLEET_TOKEN" if environ.get("GPUFLEET_TOKEN") else str(path), token)
+    return ClientSettings(url=url.rstrip("/"), token=token, source=source)
+
+
+def check_url(source: str, url: str) -> None:
+    """Refuse a URL (from ``source``) that httpx would fail on only when a request is
+    made, or that no request could reach."""
     if not url.startswith(("http://", "https://")):
         raise ClientConfigError(f"{source}: {url!r} is not an http:// or https:// URL")
-    return ClientSettings(url=url.rstrip("/"), token=token, source=source)
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise ClientConfigError(f"{source}: {url!r} is not a valid URL: {e}") from None
+    # httpx takes these, and percent-encodes the space, but no request could succeed.
+    if any(c.isspace() for c in url):
+        raise ClientConfigError(f"{source}: {url!r} contains white space")
+    if not parsed.host:
+        raise ClientConfigError(f"{source}: {url!r} names no host")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ClientConfigError(f"{source}: {url!r}: port {parsed.port} is not 1..65535")
+
+
+def check_token(source: str, token: str) -> None:
+    """Refuse a token (from ``source``) that cannot go into an HTTP header as it is
+    (httpx would raise, or a newline would end the header): gpufleet's own tokens are
+    printable ASCII."""
+    if not all("!" <= c <= "~" for c in token):
+        raise ClientConfigError(f"{source}: the token must be printable ASCII without spaces")
 
 
 def problem_message(status: int, body: Problem) -> str:
@@ -244,6 +279,10 @@ class Client:
     def _get(self, path: str, **params: str | float | None) -> Any:
         pairs = [(k, v) for k, v in params.items() if v is not None]
         return self._request("GET", path, idempotent=True, params=pairs)
+
+    def whoami(self) -> Identity:
+        """Whom the token stands for."""
+        return _validate(Identity, self._get("/v1/whoami"))
 
     # -- jobs ----------------------------------------------------------------------
 

@@ -181,6 +181,9 @@ class Runner:
         same_user: bool = False,
         container: tuple[str, ...] = (),
     ) -> None:
+        # Jobs run in their own workdir: the script, run directory and checkpoint
+        # mark they are handed must not be paths relative to the agent's.
+        state_dir = Path(state_dir).absolute()
         self.node = node
         self.same_user = same_user or os.geteuid() != 0
         self.container = container  # the template's words, "{image}" among them

@@ -45,6 +45,7 @@ import json
 import os
 import pwd
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -153,6 +154,20 @@ def _interpreter(path: str) -> str:
     return first[2:].decode(errors="replace").strip() if first.startswith(b"#!") else ""
 
 
+def _not_found(program: str, workdir: str, env: Mapping[str, str]) -> str:
+    """Why exec said ENOENT: no such program, or (for a file that exists) no such #!
+    interpreter. Looked up as the child does: a path from the workdir, a name on PATH."""
+    if "/" in program:
+        path: str | None = os.path.join(workdir, program)
+    else:
+        path = shutil.which(program, path=env.get("PATH", os.defpath))
+    if path is None:
+        return f"{program}: command not found"
+    if not os.path.exists(path):
+        return f"{program}: no such file"
+    return f"{program}: interpreter {_interpreter(path) or '?'} not found"
+
+
 def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
     """Start the job's process in its own session; raise StartFailure with the reason."""
     argv: list[str] = plan["argv"]
@@ -173,12 +188,9 @@ def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
             start_new_session=True,
         )
     except FileNotFoundError as e:
-        # ENOENT for a file that exists means its #! interpreter is missing.
-        if os.path.exists(argv[0]) and e.filename in (argv[0], None):
-            raise StartFailure(
-                f"{argv[0]}: interpreter {_interpreter(argv[0]) or '?'} not found"
-            ) from None
-        raise StartFailure(f"{argv[0]}: command not found") from None
+        if e.filename not in (argv[0], None):  # the workdir, gone since it was checked
+            raise StartFailure(f"{e.filename}: {e.strerror}") from None
+        raise StartFailure(_not_found(argv[0], workdir, plan["env"])) from None
     except OSError as e:
         raise StartFailure(f"{argv[0]}: {e.strerror}") from None
     except ValueError as e:  # a NUL byte in an argument or the environment

@@ -28,6 +28,7 @@ from gpufleet.api.routers import (
     nodes,
     tokens,
     usage,
+    whoami,
 )
 from gpufleet.controller.service import Controller, Principal
 
@@ -64,6 +65,7 @@ def create_app(controller: Controller, *, max_body_bytes: int = MAX_BODY_BYTES) 
         dashboard,
         metrics,
         alerts,
+        whoami,
     ):
         app.include_router(module.router)
     app.include_router(web.router())

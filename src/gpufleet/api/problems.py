@@ -81,8 +81,9 @@ def _http(_: Request, exc: Exception) -> ProblemResponse:
 def _service(status: int) -> Any:
     def handle(_: Request, exc: Exception) -> ProblemResponse:
         if isinstance(exc, errors.Invalid):
-            fields = [{"field": exc.field, "message": exc.reason}]
-            return problem(status, exc.message, errors=fields)
+            fields = [{"field": f, "message": m} for f, m in exc.problems]
+            n = len(fields)
+            return problem(status, exc.message if n == 1 else f"{n} invalid fields", errors=fields)
         return problem(status, str(exc))
 
     return handle

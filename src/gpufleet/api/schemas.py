@@ -19,6 +19,8 @@ MAX_MEM_MIB = 64 * 1024 * 1024  # 64 TiB per node
 MAX_TIME_S = 365 * 86400
 MAX_ARRAY_TASKS = 100_000
 MAX_SCRIPT_BYTES = 1_000_000
+MAX_UNIX_TIME = 253_402_300_799
+"""9999-12-31T23:59:59Z: a later time is a typo, and would overflow the cycle's int64 columns."""
 
 JobStateName = Literal[
     "PENDING",
@@ -133,7 +135,7 @@ class JobSubmit(_Request):
     constraint: str | None = Field(None, max_length=1024, description="node features: a&b, a|b")
     nodelist: list[str] = Field(default_factory=list, max_length=MAX_NODES)
     exclude: list[str] = Field(default_factory=list, max_length=MAX_NODES)
-    begin: int | None = Field(None, ge=0, description="not before this Unix time")
+    begin: int | None = Field(None, ge=0, le=MAX_UNIX_TIME, description="not before this Unix time")
     requeue: bool = True
     container: str | None = Field(
         None,
@@ -150,7 +152,9 @@ class JobSubmit(_Request):
     )
     signal: str | None = Field(None, max_length=32, description="[B:]SIG[@seconds], e.g. USR1@90")
     hold: bool = False
-    nice: int = Field(0, ge=-10_000, le=10_000)
+    nice: int = Field(
+        0, ge=-10_000, le=10_000, description="lowers the priority; below 0 (raising it): operators"
+    )
     request_id: str | None = Field(None, min_length=1, max_length=128)
 
     @field_validator("env")
@@ -230,7 +234,12 @@ class JobOut(BaseModel):
     workdir: str
     stdout_path: str
     stderr_path: str
-    priority: float | None = None
+    priority: float | None = Field(
+        None,
+        description="a pending job's priority at the last cycle, as the ordering computed it "
+        "(higher first); null when that cycle did not rank it (held, before its begin "
+        "time, waiting on a dependency, submitted since) and for a job not pending",
+    )
     held: bool = False
     hold: HoldKind | None = Field(None, description="the kind of hold, when held")
     history: list[JobEvent] = Field(default_factory=list)
@@ -284,3 +293,11 @@ class Health(BaseModel):
     """The liveness answer of ``/healthz``."""
 
     status: Literal["ok"] = "ok"
+
+
+class Identity(BaseModel):
+    """Who the calling token stands for (``GET /v1/whoami``)."""
+
+    user: str
+    role: Role
+    node: str | None = Field(None, description="the node, for a node token")

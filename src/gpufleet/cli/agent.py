@@ -146,12 +146,19 @@ def agent(
     ] = False,
 ) -> None:
     """Run this node's agent: register its inventory, then run the jobs the controller starts."""
+    from gpufleet.adapters.client import ClientConfigError, check_token, check_url
     from gpufleet.agent.checks import CheckSettings
     from gpufleet.agent.daemon import Refused
     from gpufleet.agent.inventory import InventoryError, read_inventory
     from gpufleet.agent.runner import Runner, StateDirBusy
     from gpufleet.agent.telemetry import load_nvml
 
+    # As the other commands do: found now, not as a traceback at the first request.
+    try:
+        check_url("--server", server)
+        check_token("--token", token)
+    except ClientConfigError as e:
+        _fail(str(e))
     try:
         settings = CheckSettings(
             scripts=tuple(tuple(shlex.split(c)) for c in check or ()),

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 import time
@@ -158,7 +157,7 @@ def queue(
     partition: Annotated[
         str | None, typer.Option("--partition", "-p", help="Partitions, comma-separated.")
     ] = None,
-    me: Annotated[bool, typer.Option("--me", help="Only my jobs (as --user $USER).")] = False,
+    me: Annotated[bool, typer.Option("--me", help="Only the jobs of the token's user.")] = False,
     json_out: Json = False,
 ) -> None:
     """List jobs like squeue: pending and running ones unless --state says otherwise.
@@ -167,9 +166,10 @@ def queue(
     one that has run; NODELIST(REASON) shows a pending job's reason.
     """
     states = _states(state)
-    users = {getpass.getuser()} if me else _split(user)
     partitions = _split(partition)
     with reporting("queue"), connect() as client:
+        # The token says who is asking: its user need not be the login name.
+        users = {client.whoami().user} if me else _split(user)
         # One value is filtered by the controller; several are filtered here.
         jobs = [
             job

@@ -20,6 +20,7 @@ from typer.core import TyperOption
 from gpufleet.cli import accounting, agent, cluster, jobs, predict, server, token, up
 from gpufleet.cli.config import config
 from gpufleet.cli.lazy import LazyGroup
+from gpufleet.cli.output import command_name
 
 app = typer.Typer(
     name="gpufleet",
@@ -88,8 +89,7 @@ class _ClickError(Protocol):
 def _where(error: _ClickError) -> str:
     """The command a usage error is about, as the commands name themselves in
     their own errors: ``queue``, ``predict report``; ``gpufleet`` for the root."""
-    path = error.ctx.command_path.split() if error.ctx is not None else []
-    return " ".join(path[1:]) or "gpufleet"
+    return command_name(error.ctx.command_path if error.ctx is not None else "")
 
 
 # Option-parsing errors are click's UsageError, which recent typer releases

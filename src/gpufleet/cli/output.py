@@ -44,6 +44,12 @@ STATE_CODES = {
 _JOB_ID = re.compile(r"[0-9]{1,18}(?:_[0-9]{1,9})?")
 
 
+def command_name(command_path: str) -> str:
+    """How a command names itself in its errors, from click's ``command_path``
+    (``gpufleet token create``): ``token create``; ``gpufleet`` for the root."""
+    return " ".join(command_path.split()[1:]) or "gpufleet"
+
+
 def fail(where: str, message: str, code: int = 2) -> NoReturn:
     """End the command with ``error: where: message`` and ``code``."""
     line = f"{where}: {message}" if where else message

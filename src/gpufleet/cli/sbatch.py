@@ -54,6 +54,8 @@ from gpufleet.core.mig import unknown_profile
 MAGIC_WORDS = ("#SBATCH", "#GPUFLEET")
 DEFAULT_NICE = 100
 """What a bare ``--nice`` adds, as in Slurm."""
+MAX_NICE = 10_000
+"""``--nice`` takes -MAX_NICE..MAX_NICE, the API's range."""
 DEFAULT_SIGNAL_TIME_S = 60
 CREDENTIAL_VARIABLES = frozenset({"GPUFLEET_TOKEN"})
 """Never copied into a job's environment by ``--export=ALL``: the store would keep them."""
@@ -127,8 +129,9 @@ _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def _int(text: str, low: int, high: int) -> int:
-    """A plain decimal integer in ``low..high`` (no sign, no underscores)."""
-    if _DIGITS.fullmatch(text) is None:
+    """A plain decimal integer in ``low..high`` (no underscores, no sign but a minus
+    where ``low`` is negative)."""
+    if _DIGITS.fullmatch(text.removeprefix("-") if low < 0 else text) is None:
         raise _Bad(f"{text!r} is not a whole number")
     value = int(text)
     if not low <= value <= high:
@@ -517,9 +520,7 @@ def _nice(draft: _Draft, value: str | None, where: str, ctx: _Context) -> None:
     if value is None:
         draft.set("nice", DEFAULT_NICE, where)
         return
-    negative = value.startswith("-")
-    amount = _int(value.removeprefix("-"), 0, 10_000)
-    draft.set("nice", -amount if negative else amount, where)
+    draft.set("nice", _int(value, -MAX_NICE, MAX_NICE), where)
 
 
 def _exclusive(draft: _Draft, value: str | None, where: str, ctx: _Context) -> None:

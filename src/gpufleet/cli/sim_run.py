@@ -44,6 +44,7 @@ from gpufleet.sim.openb import TraceError
 from gpufleet.sim.profile import (
     ProfileError,
     SimProfile,
+    check_nodes,
     check_pools,
     default_profile,
     load_profile,
@@ -147,7 +148,9 @@ def _replay_all(
     """The replays, their summaries, and a warning per profile whose ordering misleads."""
     nodes, pools, jobs = load_inputs(cluster, trace)
     for p in profiles:
-        check_pools(p, pools)  # before any replay: a later profile's error would wait
+        # Before any replay: a later profile's error would wait for the earlier replays.
+        check_pools(p, pools)
+        check_nodes(p, nodes, pools)
     warnings = [w for p in profiles if (w := ordering_warning(p, jobs))]
     results, summaries = [], []
     for p in profiles:

@@ -322,6 +322,32 @@ def config_from_dict(data: Mapping[str, Any], source: str = "config") -> Control
     return config
 
 
+def document_path(document: object, key: str) -> str:
+    """A problem's key (entries named by their label, as ``check`` prints it) as a path in
+    the JSON ``document``, entries by their 0-based position: ``principals[2].name``.
+
+    A label may hold dots (a principal named ``../x``): at each array the longest label
+    the rest of the key starts with wins, the last such entry for a duplicate; the key
+    past where the document ends stays as it is.
+    """
+    path, node, rest = "", document, key
+    while rest:
+        steps: list[tuple[str, str, object]]  # (label in the key, in the path, the value)
+        if isinstance(node, list):
+            steps = [(entry_label(e, i), f"[{i}]", e) for i, e in enumerate(node)][::-1]
+        elif isinstance(node, Mapping):
+            steps = [(k, f".{k}" if path else k, v) for k, v in node.items() if isinstance(k, str)]
+        else:
+            break
+        fits = [s for s in steps if rest == s[0] or rest.startswith(s[0] + ".")]
+        if not fits:
+            break
+        label, step, node = max(fits, key=lambda fit: len(fit[0]))
+        path += step
+        rest = rest[len(label) + 1 :]
+    return path + ("." if path and rest else "") + rest
+
+
 def _node_problems(groups: Sequence[object], errors: Iterable[ClusterFileError]) -> list[str]:
     problems = []
     for e in errors:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ControllerError(Exception):
     """Base of every failure the service reports to a caller."""
@@ -24,12 +26,18 @@ class Forbidden(ControllerError):
 
 
 class Invalid(ControllerError):
-    """A request value the controller refuses; ``field`` names it, e.g. ``body.array``."""
+    """A request value the controller refuses; ``field`` names it, e.g. ``body.array``.
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    ``more`` are further (field, message) pairs found in the same request, so that a
+    caller hears of every bad field at once; ``problems`` holds them all, the first first.
+    """
+
+    def __init__(self, field: str, message: str, more: Sequence[tuple[str, str]] = ()) -> None:
+        also = f" (and {len(more)} more)" if more else ""
+        super().__init__(f"{field}: {message}{also}")
         self.field = field
         self.reason = message
+        self.problems: tuple[tuple[str, str], ...] = ((field, message), *more)
 
 
 class Conflict(ControllerError):

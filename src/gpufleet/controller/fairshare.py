@@ -76,7 +76,7 @@ def rebuild(conn: sa.Connection, book_ledger: UsageLedger, state: ClusterState, 
         gpu_s = np.array([row.gpu_milli for row in rows], dtype=np.float64) / MILLI * seconds
         weight = np.array([args.billing_weight(_model(state, row.node_list)) for row in rows])
         factor = np.array([qos_factor(book_ledger.qos, row.qos) for row in rows])
-        assoc = tree.lookup([row.account for row in rows], [row.user for row in rows])
+        assoc = tree.charged_to([row.account for row in rows], [row.user for row in rows])
         known = assoc >= 0
         billed = billable_gpu_seconds(gpu_s, weight, factor)
         usage = np.bincount(assoc[known], weights=billed[known], minlength=len(tree)).astype(

@@ -214,7 +214,7 @@ def check_spec(spec: JobSubmit) -> tuple[Request, ArraySpec | None, Dependency |
         request = Request(
             cpu_milli=spec.cpus_per_task * 1000,
             memory_mib=spec.mem_mib,
-            gpus=spec.gpus_per_node if not spec.gpu_milli else 0,
+            gpus=spec.gpus_per_node,  # with gpu_milli too: refused, not dropped
             gpu_milli=spec.gpu_milli,
             gpu_memory_mib=spec.gpu_memory_mib,
             mig_profile=spec.mig_profile or "",

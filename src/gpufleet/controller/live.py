@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 from gpufleet.adapters.store import tables as t
-from gpufleet.api.schemas import HoldKind
+from gpufleet.api.schemas import MAX_UNIX_TIME, HoldKind
 from gpufleet.controller.jobspec import Dependency, parse_dependency, request_from_json
 from gpufleet.core.job import Job
 from gpufleet.core.model import Node, Request
@@ -109,7 +109,9 @@ class LiveJob:
                 exclude=tuple(spec.get("exclude") or ()),
                 constraint=spec.get("constraint") or "",
                 exclusive=bool(spec.get("exclusive")),
-                begin_time=math.ceil(self.begin_time) if self.begin_time else 0,
+                # Capped: a row stored before submissions were bounded must not overflow
+                # the cycle's int64 columns and stop every cycle.
+                begin_time=min(math.ceil(self.begin_time), MAX_UNIX_TIME) if self.begin_time else 0,
                 checkpoint_interval_s=spec.get("checkpoint_s"),
             )
         return self.core

@@ -148,6 +148,7 @@ from gpufleet.core.accounts import AccountTree
 from gpufleet.core.cycle import Plan, SchedulingProfile, run_cycle
 from gpufleet.core.job import Job, JobState, PreemptMode, RunningJob, gpu_milli_equivalent
 from gpufleet.core.model import Node, Request
+from gpufleet.core.plan import Ranked
 from gpufleet.core.state import Assignment, ClusterState
 from gpufleet.core.workload import WorkloadWindow, or_typical
 from gpufleet.engine.book import JobBook, Signalled
@@ -282,6 +283,7 @@ class Controller:
         self._profile: SchedulingProfile | None = None
         self._profile_at = -math.inf
         self._estimated: set[str] = set()  # jobs the last plan gave an expected start
+        self._ranked: Ranked | None = None  # the last plan's priorities, shown by _job_out
         self._estimates: Estimates | None = None
         self._windows: WindowSwitch[WindowPolicy] | None = None
         self._factory: ProfileFactory = setup.profile_factory
@@ -470,20 +472,21 @@ class Controller:
                     f"no account {account!r} (no accounts are configured; jobs charge {default!r})",
                 )
             return account
+        if not principal.is_operator and not principal.configured:
+            raise Forbidden(
+                f"body.account: {principal.user} has no account to charge"
+                " (not a configured principal; ask an admin)"
+            )
+        # A missing account is the same mistake for anyone (422); 403 is for another's.
+        if not _has_account(tree, account):
+            raise Invalid("body.account", f"no account {account!r}")
         if not principal.is_operator:
-            if not principal.configured:
-                raise Forbidden(
-                    f"body.account: {principal.user} has no account to charge"
-                    " (not a configured principal; ask an admin)"
-                )
             allowed = principal.allowed_accounts
             if allowed and account not in allowed:
                 raise Forbidden(
                     f"body.account: {principal.user} may not charge account {account!r}"
                     f" (its accounts: {', '.join(allowed)})"
                 )
-        if not _has_account(tree, account):
-            raise Invalid("body.account", f"no account {account!r}")
         return account
 
     def _submission(self, principal: Principal, spec: JobSubmit) -> Future[Submitted]:
@@ -504,6 +507,9 @@ class Controller:
         if qos not in self.setup.qos:
             raise Invalid("body.qos", f"no QoS {qos!r}")
         account = self._job_account(principal, spec.account)
+        if spec.nice < 0 and not principal.is_operator:
+            # As Slurm: only a privileged user may raise a job's priority above its peers'.
+            raise Forbidden("body.nice: only an operator or admin may set a negative nice")
         part = self.setup.partitions[partition]
         if spec.nodelist or spec.exclude:
             check_nodes(spec, self._node_named, part)
@@ -694,9 +700,7 @@ class Controller:
             user = principal.user
         page = sa.select(t.jobs.c.id).order_by(t.jobs.c.id.desc()).limit(limit + 1)
         if cursor is not None:
-            if not cursor.isdigit():
-                raise Invalid("query.cursor", "not a cursor this server issued")
-            page = page.where(t.jobs.c.id < int(cursor))
+            page = page.where(t.jobs.c.id < _cursor(cursor))
         for column, value in (("user", user), ("partition", partition), ("account", account)):
             if value is not None:
                 page = page.where(t.jobs.c[column] == value)
@@ -1377,6 +1381,14 @@ class Controller:
             seen = persist.meta_get(conn, CONFIG_DIGEST)
         if row is None or seen != _digest(document):
             version = row.version if row is not None else 0
+            if row is not None and row.who != "config-file":
+                # An admin's patches lost to an edit of the file: say so, once, where it shows.
+                log.warning(
+                    "the configuration file changed: it replaces stored v%d (%s's patch);"
+                    " every patch since the file was last read is discarded",
+                    row.version,
+                    row.who,
+                )
             self._store_config(
                 document, version, who="config-file", action="config.file", detail={}
             )
@@ -1399,9 +1411,7 @@ class Controller:
             raise Invalid("query.limit", f"must be 1..{MAX_PAGE}, got {limit}")
         stmt = sa.select(t.audit).order_by(t.audit.c.id.desc()).limit(limit + 1)
         if cursor is not None:
-            if not cursor.isdigit():
-                raise Invalid("query.cursor", "not a cursor this server issued")
-            stmt = stmt.where(t.audit.c.id < int(cursor))
+            stmt = stmt.where(t.audit.c.id < _cursor(cursor))
         with self.store.read() as conn:
             rows = conn.execute(stmt).all()
         more = len(rows) > limit
@@ -1709,6 +1719,7 @@ class Controller:
             if live is not None:
                 live.expected_start = None
         self._estimated = set(plan.expected_start)
+        self._ranked = plan.ranked
         for job_id, when in plan.expected_start.items():
             live = self._jobs.get(job_id)
             if live is not None:
@@ -2434,6 +2445,11 @@ class Controller:
             start_time=row.start_time,
             end_time=row.end_time,
             expected_start=live.expected_start if live is not None else None,
+            priority=(
+                self._ranked.of(row.job_id)
+                if self._ranked is not None and live is not None and live.state == "PENDING"
+                else None
+            ),
             node_list=row.node_list or [],
             gpu_uuids=row.gpu_uuids or [],
             exit_code=row.exit_code,
@@ -2973,6 +2989,14 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 _RANK = {"node": 0, "metrics": 0, "alerts": 0, "user": 1, "operator": 2, "admin": 3}
 _SYSTEM = Principal(user="system", role="admin")
+
+
+def _cursor(cursor: str) -> int:
+    """The row id a ``next_cursor`` names; Invalid for anything this server never issued
+    (``isdigit`` alone takes "²", and an id must fit the stores' 64-bit keys)."""
+    if not (cursor.isascii() and cursor.isdigit()) or int(cursor) >= 2**63:
+        raise Invalid("query.cursor", "not a cursor this server issued")
+    return int(cursor)
 
 
 def _require(principal: Principal, role: Role) -> None:

@@ -170,14 +170,19 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
 
 
 def rebuild_setup(document: Mapping[str, Any]) -> ControllerSetup:
-    """The setup a whole configuration document describes; Invalid names its first bad key."""
-    from gpufleet.controller.config import ConfigError, config_from_dict
+    """The setup a whole configuration document describes; Invalid names every bad key
+    where it is in the document (``body.patch.principals[2].name``)."""
+    from gpufleet.controller.config import ConfigError, config_from_dict, document_path
     from gpufleet.controller.errors import Invalid
 
     try:
         config = config_from_dict(document, "config")
         built = config.build("config")
     except ConfigError as e:
-        key, _, message = e.problems[0].partition(": ")
-        raise Invalid(f"body.patch.{key}", message or key) from None
+        found = []
+        for problem in e.problems:
+            key, _, message = problem.partition(": ")
+            where = document_path(document, key) if message else ""
+            found.append(("body.patch" + (f".{where}" if where else ""), message or key))
+        raise Invalid(*found[0], more=found[1:]) from None
     return setup_from_config(built, config.to_dict())

@@ -187,6 +187,17 @@ class AccountTree:
             dtype=np.int64,
         )
 
+    def charged_to(self, accounts: Iterable[str], users: Iterable[str]) -> IntArray:
+        """Where the usage of jobs of (account, user), pairwise, is charged: the user's
+        association, or else the account itself (an operator's or admin's job on an
+        account they have no association with); -1 where the tree has neither."""
+        get, find = self._users.get, self._accounts.get
+        none: dict[str, int] = {}
+        return np.array(
+            [get(a, none).get(u, find(a, -1)) for a, u in zip(accounts, users, strict=True)],
+            dtype=np.int64,
+        )
+
     def rollup(self, usage: FloatArray) -> FloatArray:
         """Usage of every association including all its descendants'.
 

@@ -78,6 +78,7 @@ from gpufleet.core.plan import (
     RESOURCES,
     Plan,
     Preemption,
+    Ranked,
 )
 from gpufleet.core.protocols import (
     Access,
@@ -566,6 +567,7 @@ class _Cycle:
             candidates = s.pending
         if candidates:
             prio = np.asarray(self.p.ordering.priorities(s, candidates, self.now), np.float64)
+            plan.ranked = Ranked(table.values("id", attrgetter("id"), object)[rows], prio)
             submit = table.values("submit_time", attrgetter("submit_time"))[rows]
             # A backfill pass of its own is Slurm's backfill thread: bf_max_job_test
             # bounds it, not the main scheduler's default_queue_depth.
@@ -864,7 +866,10 @@ class _Cycle:
             if reason:
                 plan.reasons[job.id] = reason
                 return
-        if job.partition in self.strict_blocked:
+        # A job's own room (its victims', or promised) is no one else's: a job ahead of it
+        # that blocks the partition could not use it, so it does not keep the job out.
+        blocked = job.partition in self.strict_blocked
+        if blocked and job.id not in self.signalled_for and job.id not in self.promised:
             plan.reasons[job.id] = PRIORITY
             return
         access = self._access(job)
@@ -884,6 +889,9 @@ class _Cycle:
             plan.reasons[job.id] = NODE_NOT_AVAIL
             return
         if self._start_in_victims_room(job, access):  # its own room: no shape memo applies
+            return
+        if blocked:
+            plan.reasons[job.id] = PRIORITY
             return
         backfill = self.backfill
         length = self._length(job)

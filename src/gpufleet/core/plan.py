@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
 
 from gpufleet.core.job import PreemptMode
 from gpufleet.core.state import Assignment
@@ -42,6 +46,24 @@ class Relayout:
     layout: Layout
 
 
+@dataclass(frozen=True, eq=False)
+class Ranked:
+    """The ordering's priority of each job a cycle ranked: ids and priorities, in the same
+    order. Arrays, so that the cycle does no Python work per job; ``of`` builds its
+    lookup the first time someone asks."""
+
+    ids: npt.NDArray[np.object_]
+    priorities: npt.NDArray[np.float64]
+
+    @cached_property
+    def _by_id(self) -> dict[str, float]:
+        return dict(zip(self.ids.tolist(), self.priorities.tolist(), strict=True))
+
+    def of(self, job_id: str) -> float | None:
+        """The job's priority; None for a job the cycle did not rank."""
+        return self._by_id.get(job_id)
+
+
 @dataclass
 class Plan:
     """What the cycle decided. Job ids index everything.
@@ -58,8 +80,11 @@ class Plan:
     nothing happens; when it is True, ``wake`` is the first time the clock
     alone may change a decision (None: any time), so a driver may skip one
     before then too. ``relayouts`` are MIG layout changes for idle GPUs
-    (``Repartitioner``), for the driver to carry out. ``stats`` are
-    diagnostics: timings in seconds and counters, for drivers to record.
+    (``Repartitioner``), for the driver to carry out. ``ranked`` holds the
+    ordering's priorities of the jobs it ranked: every pending job but those
+    the cycle stopped before ranking (held, before their begin time, waiting on
+    a dependency, of an unknown QoS or partition). ``stats`` are diagnostics:
+    timings in seconds and counters, for drivers to record.
     """
 
     starts: dict[str, list[Assignment]] = field(default_factory=dict)
@@ -77,3 +102,4 @@ class Plan:
     stats: dict[str, float] = field(default_factory=dict)
     backfilled: bool = False
     relayouts: list[Relayout] = field(default_factory=list)
+    ranked: Ranked | None = field(default=None, compare=False)

@@ -247,6 +247,16 @@ class Policy:
             for name in p.allowed_qos:
                 if name not in self.qos:
                     raise InvalidSpec(f"partitions.{p.name}.allowed_qos", f"unknown QoS {name!r}")
+        # Without accounts, jobs charge whatever account they name (a trace's, in a replay).
+        accounts = {a.name for a in config.accounts}
+        refs = [
+            (f"partitions.{p.name}.allowed_accounts", p.allowed_accounts) for p in config.partitions
+        ]
+        refs += [(f"reservations.{r.name}.accounts", r.accounts) for r in config.reservations]
+        for key, names in refs if accounts else ():
+            for name in names:
+                if name not in accounts:
+                    raise InvalidSpec(key, f"unknown account {name!r}")
 
     def profile(self, workload: Sequence[Request] = (), seed: int = 0) -> SchedulingProfile:
         """The scheduling profile the policy describes (fresh plugin instances).

@@ -121,12 +121,13 @@ def charge(
 
     A job bills GPUs held (milli-GPU / 1000, MIG slices by compute share) x
     ``elapsed_s`` x the billing weight of its first node's GPU model x its
-    QoS UsageFactor, to its (account, user) association. Each job is billed
-    for the whole interval, so drivers call this at every start and end.
-    Jobs of associations the tree does not hold bill nobody.
+    QoS UsageFactor, to its (account, user) association, or to the account
+    where the user has none with it (``AccountTree.charged_to``). Each job is
+    billed for the whole interval, so drivers call this at every start and
+    end. Jobs of accounts the tree does not hold bill nobody.
     """
     tree = accounts.tree
-    assoc = tree.lookup([r.job.account for r in running], [r.job.user for r in running])
+    assoc = tree.charged_to([r.job.account for r in running], [r.job.user for r in running])
     known = assoc >= 0
     gpu_s = np.array([r.job.gpu_milli / MILLI * elapsed_s for r in running])
     weight = np.array([_billing_weight(r, state, args) for r in running])

@@ -41,6 +41,7 @@ from gpufleet.sim.cluster import load_inputs
 from gpufleet.sim.metrics import summarize
 from gpufleet.sim.profile import (
     ProfileError,
+    check_nodes,
     check_pools,
     ordering_warning,
     profile_from_dict,
@@ -227,19 +228,22 @@ def run_grid(
 
     Reads the cluster and trace here first, so bad files fail before any
     run, as does a point whose ``[autoscale]`` caps a pool the cluster lacks
-    (``profile.check_pools``). Workers read the cluster file themselves, its
+    (``profile.check_pools``) or that names a node or pool it lacks
+    (``check_nodes``). Workers read the cluster file themselves, its
     ``[[pools]]`` with it. Without ``ray_address`` the points run on up to ``workers``
     processes (in this process when that is one); with it, each point is a
     task on the Ray cluster at that address (``"local"`` starts one here).
     ``on_done`` hears the count of finished points as they finish.
     """
     cluster, trace = absolute_paths(cluster, trace)
-    _, pools, _ = _inputs(cluster, trace)
+    nodes, pools, _ = _inputs(cluster, trace)
     points = spec.points()
     tasks = [(cluster, trace, spec.profile_data(s), point_name(s)) for s in points]
     for _, _, data, name in tasks:
         try:
-            check_pools(profile_from_dict(data, name), pools)
+            profile = profile_from_dict(data, name)
+            check_pools(profile, pools)
+            check_nodes(profile, nodes, pools)
         except ProfileError as e:
             raise GridError(f"grid point {name}: {e}") from None
     if ray_address is not None:

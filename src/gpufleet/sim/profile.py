@@ -280,6 +280,43 @@ def check_pools(profile: SimProfile, pools: Sequence[NodePool]) -> None:
         raise ProfileError(f"{where}: {problems[0]} (the cluster's pools: {known})")
 
 
+_SHOWN = 5
+"""Known names an unknown one's error lists at most."""
+
+
+def check_nodes(profile: SimProfile, nodes: Sequence[Node], pools: Sequence[NodePool] = ()) -> None:
+    """``ProfileError`` naming the file, key and name when the profile's partitions or
+    reservations (its own or a window's) name a node or pool the cluster has not, as the
+    live configuration check refuses them: their jobs would never start."""
+    known = {"node": [n.name for n in nodes], "pool": [n.pool for n in nodes]}
+    known["pool"] += [p.name for p in pools]
+    names = {what: set(listed) for what, listed in known.items()}
+
+    def missing(what: str, name: str) -> bool:
+        pooled = what == "node" and any(p.owns(name) for p in pools)
+        return name not in names[what] and not pooled
+
+    policy = profile.policy
+    configs = [("", policy.config)] + [
+        (f"windows.{w.name}.policy.", policy.windowed((w.name,)).config)
+        for w in policy.config.windows
+    ]
+    for at, config in configs:
+        refs = [(f"partitions.{p.name}.nodes", "node", p.nodes) for p in config.partitions]
+        refs += [(f"partitions.{p.name}.pools", "pool", p.pools) for p in config.partitions]
+        refs += [(f"reservations.{r.name}.nodes", "node", r.nodes) for r in config.reservations]
+        for key, what, listed in refs:
+            name = next((n for n in listed if missing(what, n)), None)
+            if name is None:
+                continue
+            shown = list(dict.fromkeys(known[what]))
+            cluster = ", ".join(shown[:_SHOWN]) + (", ..." if len(shown) > _SHOWN else "")
+            where = profile.source or profile.name
+            raise ProfileError(
+                f"{where}: {at}{key}: unknown {what} {name!r} (the cluster's {what}s: {cluster})"
+            )
+
+
 def replay(
     nodes: Sequence[Node],
     jobs: Sequence[TraceJob],
@@ -293,9 +330,10 @@ def replay(
     multifactor ordering. ``pools`` grow and shrink under the profile's ``[autoscale]``
     table (its defaults without one). ``steer`` and ``wake``: see ``sim.driver``.
 
-    ``ProfileError`` as ``check_pools``.
+    ``ProfileError`` as ``check_pools`` and ``check_nodes``.
     """
     check_pools(profile, pools)
+    check_nodes(profile, nodes, pools)
     workload = [t.request for t in jobs]
     sched = profile.build(workload, profile.config.seed)
     ordering = sched.ordering

@@ -11,14 +11,14 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from gpufleet.api.auth import ControllerDep, User
+from gpufleet.api.schemas import MAX_UNIX_TIME
 from gpufleet.controller.views import UsageKey, UsageRow
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])
 
-MAX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z: later times are typos
-Start = Annotated[float, Query(ge=0, le=MAX_TIME, description="Unix time; default 0")]
+Start = Annotated[float, Query(ge=0, le=MAX_UNIX_TIME, description="Unix time; default 0")]
 End = Annotated[
-    float | None, Query(ge=0, le=MAX_TIME, description="Unix time, exclusive; default now")
+    float | None, Query(ge=0, le=MAX_UNIX_TIME, description="Unix time, exclusive; default now")
 ]
 
 
