@@ -142,6 +142,8 @@ def write_config(path: Path, *, heartbeat_s: int = 30) -> None:
     users = "".join(f'\n[[principals]]\nname = "u{i}"\n' for i in range(USERS))
     path.write_text(
         f"[server]\ninterval_s = 10\nheartbeat_interval_s = {heartbeat_s}\n"
+        # The 10,000-task arrays are over the default max_array_size (1001).
+        "max_array_size = 10000\n"
         + NODE_GROUP
         + '\n[[principals]]\nname = "admin"\nrole = "admin"\n'
         + users

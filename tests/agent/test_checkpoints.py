@@ -70,6 +70,27 @@ def test_a_missing_workdir_fails_the_start_and_nothing_is_made(
     assert not (tmp_path / "relative").exists()
 
 
+def test_a_start_that_fails_leaves_no_checkpoint_directory(
+    runner: Runner, launch: Launches, tmp_path: Path
+) -> None:
+    ckpts = tmp_path / "ckpt"
+    refused = launch("4", argv=["true"], stdout_path=str(tmp_path / "nodir" / "4.out"))
+    runner.start(refused.model_copy(update={"checkpoint_dir": str(ckpts / "alice" / "4")}))
+    missing = launch("5", argv=["no-such-program-gpufleet"], checkpoint_dir=str(ckpts / "5"))
+    runner.start(missing)
+    reports = wait_ended(runner, 2)
+    nodir = tmp_path / "nodir"
+    assert reports["4"].message == f"stdout {nodir / '4.out'}: directory {nodir} does not exist"
+    assert reports["5"].message == "no-such-program-gpufleet: command not found"
+    assert not ckpts.exists()
+    # A requeued job's directory, made by an earlier run, is kept whatever this start does.
+    (ckpts / "6").mkdir(parents=True)
+    (ckpts / "6" / "state").write_text("step")
+    runner.start(launch("6", argv=["no-such-program-gpufleet"], checkpoint_dir=str(ckpts / "6")))
+    assert wait_ended(runner, 3)["6"].state == "failed_to_start"
+    assert (ckpts / "6" / "state").read_text() == "step"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent runs jobs as other users")
 def test_a_root_agent_never_chowns_through_a_users_link(launch: Launches) -> None:
     nobody = pwd.getpwnam("nobody")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -156,6 +157,28 @@ def test_server_errors_are_retried(tmp_path: Path) -> None:
     fake.refusals = [503, 500]
     with serve(fake) as url, running_agent(url, tmp_path / "state"):
         eventually(lambda: fake.registered)
+
+
+def test_the_backoff_never_exceeds_the_heartbeat_interval(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A controller that restarts calls a node lost after its heartbeat timeout (a few
+    intervals): an agent backing off longer than an interval would come back too late."""
+    fake = FakeController()
+    fake.heartbeat_s = 1.0
+    runner = Runner(tmp_path / "state", "n1", same_user=True)
+    with serve(fake) as url:
+        agent = Agent(server=url, token="gf_node", node="n1", inventory=INVENTORY, runner=runner)
+        thread = threading.Thread(target=agent.run, daemon=True)
+        thread.start()
+        eventually(lambda: fake.registered)
+    # The controller is gone. Doubling from 0.5 s, the third pause would be 1 to 2 s.
+    eventually(lambda: caplog.text.count("retrying in") >= 4)
+    agent.stop()
+    thread.join(5)
+    runner.close()
+    pauses = [float(m) for m in re.findall(r"retrying in ([0-9.]+) s", caplog.text)]
+    assert max(pauses) <= 1.0, pauses
 
 
 def _free_port() -> int:

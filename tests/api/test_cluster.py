@@ -54,6 +54,12 @@ def test_policy_views(cluster: Cluster, path: str, names: list[str]) -> None:
     assert [row["name"] for row in response.json()] == names
 
 
+def test_a_partition_shows_its_state(cluster: Cluster) -> None:
+    with cluster.client("bob") as c:
+        (gpu,) = c.get("/v1/partitions").json()
+    assert (gpu["name"], gpu["state"]) == ("gpu", "up")
+
+
 def test_accounts_and_fairshare(cluster: Cluster) -> None:
     with cluster.client("bob") as c:
         accounts = c.get("/v1/accounts").json()

@@ -62,7 +62,8 @@ def test_an_operator_sees_and_cancels_anyones_job(cluster: Cluster) -> None:
 def test_hold_release_cancel_and_their_conflicts(cluster: Cluster) -> None:
     job_id = _submit(cluster, "alice", hold=True)
     with cluster.client("alice") as c:
-        problem(c.post(f"/v1/jobs/{job_id}/hold"), 409)  # already held
+        held = c.post(f"/v1/jobs/{job_id}/hold")  # already held: quietly, as Slurm's
+        assert (held.status_code, held.json()["hold"]) == (200, "user")
         assert c.post(f"/v1/jobs/{job_id}/release").json()["held"] is False
         problem(c.post(f"/v1/jobs/{job_id}/release"), 409)  # not held
         assert c.post(f"/v1/jobs/{job_id}/hold").json()["held"] is True
@@ -200,7 +201,8 @@ def _output_status(cluster: Cluster, job_id: str) -> int:
         ({"nodes": 10**12}, "body.nodes"),  # over MAX_NODES
         ({"gpus_per_node": 65}, "body.gpus_per_node"),
         ({"gpu_milli": 1000}, "body.gpu_milli"),  # a share is below one GPU
-        ({"time_limit_s": 0}, "body.time_limit_s"),
+        ({"time_limit_s": -1}, "body.time_limit_s"),
+        ({"time_limit_s": 0}, "body.time_limit_s"),  # no limit, over the partition's maximum
         ({"mem_mib": 2**70}, "body.mem_mib"),
         # Past year 9999: a typo, which would overflow the scheduler's 64-bit columns.
         ({"begin": 99999999999999999999}, "body.begin"),
@@ -213,6 +215,7 @@ def _output_status(cluster: Cluster, job_id: str) -> int:
         ({"partition": "nope"}, "body.partition"),  # checked by the controller
         ({"qos": "nope"}, "body.qos"),
         ({"array": "5-1"}, "body.array"),
+        ({"array": "0-1001", "hold": True}, "body.array"),  # over max_array_size, 1001
         ({"dependency": "afterok:x"}, "body.dependency"),
         # What the agent would refuse at the start is refused at submission.
         ({"env": {"A=B": "1"}}, "body.env"),
@@ -235,6 +238,24 @@ def test_bad_submissions_name_the_field(
 ) -> None:
     with cluster.client("alice") as c:
         assert field in fields(c.post("/v1/jobs", json={**job(cluster.workdir), **spec}))
+
+
+def test_refusals_of_no_limit_and_a_huge_array_say_the_maximum(cluster: Cluster) -> None:
+    with cluster.client("alice") as c:
+        unlimited = problem(c.post("/v1/jobs", json=job(cluster.workdir, time_limit_s=0)), 422)
+        huge = problem(c.post("/v1/jobs", json=job(cluster.workdir, array="0-99999")), 422)
+    assert unlimited["errors"] == [
+        {
+            "field": "body.time_limit_s",
+            "message": "no limit (UNLIMITED) is over partition gpu's limit of 3600 s",
+        }
+    ]
+    assert huge["errors"] == [
+        {
+            "field": "body.array",
+            "message": "index 99999 is over the site's maximum of 1000 (max_array_size = 1001)",
+        }
+    ]
 
 
 def test_a_request_the_partition_could_hold_is_accepted(cluster: Cluster) -> None:

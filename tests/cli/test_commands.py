@@ -176,6 +176,8 @@ def test_hold_release_requeue(as_ada: Up, capsys: pytest.CaptureFixture[str]) ->
     shown_lines = [line.split() for line in run(capsys, "show", job_id)[1].splitlines()]
     assert ["JobState", "PENDING", "(user", "hold)"] in shown_lines
     assert ["Reason", "JobHeldUser"] in shown_lines
+    assert run(capsys, "hold", job_id) == (0, "", "")  # held already: quietly, as Slurm's
+    assert shown(capsys, job_id)["hold"] == "user"
     assert run(capsys, "release", job_id)[0] == 0
     assert shown(capsys, job_id)["held"] is False
     run(capsys, "cancel", job_id)
@@ -223,9 +225,28 @@ def test_nodes_shows_each_gpus_allocation(
     assert {as_ada.wait_final(j, "ada") for j in (whole, shared)} == {"CANCELLED"}
 
 
+def test_unlimited_time_is_no_limit_where_the_partition_has_no_maximum(
+    as_ada: Up, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_id = submit(capsys, "--wrap=true", "-p", "gpu", "--time=UNLIMITED", "--hold")
+    assert shown(capsys, job_id)["time_limit_s"] == 0
+    shown_lines = [line.split() for line in run(capsys, "show", job_id)[1].splitlines()]
+    assert ["TimeLimit", "UNLIMITED"] in shown_lines
+    run(capsys, "cancel", job_id)
+
+
+def test_an_admin_without_an_account_is_told_to_name_one(
+    as_ada: Up, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUFLEET_TOKEN", as_ada.tokens["admin"])
+    one_error(*run(capsys, "submit", "--wrap=true"), 2, "submit: body.account: admin has no ")
+    job_id = submit(capsys, "--wrap=true", "-A", "lab", "--hold")
+    run(capsys, "cancel", job_id)
+
+
 def test_cluster_views(as_ada: Up, capsys: pytest.CaptureFixture[str]) -> None:
     for command, header, row in [
-        ("partitions", "PARTITION", ["debug", "no", "10:00"]),
+        ("partitions", "PARTITION", ["debug", "up", "no", "10:00"]),
         ("qos", "NAME", ["normal", "(default)"]),
         ("accounts", "NAME", ["lab", "account", "root"]),
         ("reservations", "NAME", None),
@@ -277,6 +298,12 @@ def test_drain_needs_an_operator(
         (["submit", "--wrap=true", "--gres=gpu:x"], "submit: body.gpu_type: no node of"),
         (["submit", "--wrap=true", "--nodes=1000"], "submit: body.nodes: 1000 nodes, but"),
         (["submit", "--wrap=true", "-p", "nope"], "submit: body.partition: no partition"),
+        # As Slurm's EnforcePartLimits=ALL: no limit is over debug's maximum.
+        (
+            ["submit", "--wrap=true", "-p", "debug", "--time=UNLIMITED"],
+            "submit: body.time_limit_s: no limit (UNLIMITED) is over partition debug's limit",
+        ),
+        (["submit", "--wrap=true", "--array=0-99999"], "submit: body.array: index 99999 is over"),
         (["show", "abc"], "show: 'abc' is not a job id"),
         (["show", "999999"], "show: not found: job 999999: no such job"),
         (["queue", "-t", "XX"], "queue: --state: 'XX' is not a job state"),

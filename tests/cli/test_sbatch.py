@@ -128,7 +128,7 @@ SCRIPTS = [
     ),
     pytest.param(
         "#!/bin/bash\n#SBATCH --time=UNLIMITED --gres=gpu\n",
-        {"time_limit_s": None, "gpus_per_node": 1, "gpu_type": None},
+        {"time_limit_s": 0, "gpus_per_node": 1, "gpu_type": None},
         id="unlimited-and-bare-gres",
     ),
 ]
@@ -192,12 +192,12 @@ def test_export_names_alone_are_the_whole_environment() -> None:
         ("2-12", 2 * 86400 + 12 * 3600),  # D-HH
         ("1-00:30", 86400 + 1800),  # D-HH:MM
         ("1-00:00:05", 86405),  # D-HH:MM:SS
-        ("UNLIMITED", None),
-        ("infinite", None),
-        ("0", None),  # Slurm: zero means no limit
+        ("UNLIMITED", 0),  # 0: no limit, as the API takes it
+        ("infinite", 0),
+        ("0", 0),  # Slurm: zero means no limit
     ],
 )
-def test_time_formats(text: str, seconds: int | None) -> None:
+def test_time_formats(text: str, seconds: int) -> None:
     assert parse_time(text) == seconds
 
 

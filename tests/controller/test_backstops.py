@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.harness import ANA, OPERATOR, Cluster, spec
-from gpufleet.api.agent_schemas import RunReport, SyncReply
+from controller.harness import ADMIN, ANA, OPERATOR, Cluster, inventory, spec
+from gpufleet.api.agent_schemas import AgentRegister, RunRef, RunReport, SyncReply
 from store.databases import Database
 
 LIMIT = 60  # the jobs' time limit; kill grace 30 s and backstop 60 s after it
@@ -157,3 +157,49 @@ def test_a_gang_fails_at_its_first_failed_task_and_kills_the_others(cluster: Clu
     assert jobs_on(cluster, "n2") == [] and jobs_on(cluster, "n1") == []
     out = cluster.ctl.get_job(principal=ANA, job_id=job)
     assert (out.state, out.exit_code) == ("FAILED", 2)
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [(8, 8), (100, 20), (-50, 0)],  # seconds after the start; the report comes at 20 s
+)
+def test_a_run_ends_when_its_node_says_within_its_start_and_now(
+    cluster: Cluster, reported: float, expected: float
+) -> None:
+    """The end is the node's time of it, not when the controller heard (the agent was
+    down meanwhile), kept between the run's start and now against a skewed clock."""
+    job, node = started(cluster, time_limit_s=LIMIT)
+    start = cluster.clock.now()
+    cluster.clock.advance(20)
+    at = start + reported
+    cluster.sync(node, [RunReport(job_id=job, run=1, state="exited", exit_code=0, at=at)])
+    out = cluster.ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.start_time, out.end_time) == ("COMPLETED", start, start + expected)
+    assert out.history[-1].time == start + expected
+
+
+def test_a_node_back_with_a_run_it_lost_takes_no_work_until_that_run_ends(
+    cluster: Cluster,
+) -> None:
+    """The run a lost node kept is killed when its agent comes back, and its room (not
+    known any more) is not given to a new run, its job's included, until it has ended."""
+    job, node = started(cluster)
+    other = "n2" if node == "n1" else "n1"
+    filler, _ = started(cluster)  # the other node is full: the job can only come back here
+    tick(cluster, 200, (other,))  # past the heartbeat timeout (and any start grace)
+    assert cluster.ctl.get_node(principal=OPERATOR, name=node).state == "down"
+    assert cluster.state(job) == "PENDING"
+    body = AgentRegister(inventory=inventory(node), running=[RunRef(job_id=job, run=1)])
+    cluster.ctl.register_agent(principal=ADMIN, node=node, body=body)
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "PENDING"
+    reply = cluster.sync(node)  # the agent still holds run 1: killed, nothing started
+    assert [(k.job_id, k.run, k.signal) for k in reply.jobs_to_kill] == [(job, 1, "KILL")]
+    assert reply.jobs_to_start == []
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "PENDING"
+    cluster.sync(node)  # run 1 is gone
+    cluster.ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING" and cluster.where(job) == node
+    assert [(s.job_id, s.run) for s in cluster.sync(node).jobs_to_start] == [(job, 2)]
+    assert cluster.state(filler) == "RUNNING"

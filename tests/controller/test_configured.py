@@ -117,6 +117,22 @@ def test_a_missing_account_is_invalid_for_a_user_too_not_forbidden(ctl: Controll
     assert (e.value.field, e.value.reason) == ("body.account", "no account 'nope'")
 
 
+def test_an_admin_with_no_account_must_name_one(ctl: Controller) -> None:
+    # As Slurm: the default account comes from an association, and the admin has none.
+    made = ctl.create_token(principal=ADMIN, name="root", user="root", role="admin")
+    root = ctl.authenticate(token=made.token)
+    assert root is not None
+    with pytest.raises(Invalid) as e:
+        ctl.submit(principal=root, spec=spec())
+    assert (e.value.field, e.value.reason) == (
+        "body.account",
+        "root has no default account; name one with --account (accounts: vision, nlp, ops)",
+    )
+    job = ctl.submit(principal=root, spec=spec(account="ops")).job_id
+    assert ctl.get_job(principal=root, job_id=job).account == "ops"
+    assert ctl.setup.max_array_size == 1001  # the file names none: Slurm's default
+
+
 def test_only_an_operator_or_admin_may_set_a_negative_nice(ctl: Controller) -> None:
     # As Slurm: a negative nice raises a job over its peers, a privilege.
     ana = login(ctl, "ana")
@@ -292,3 +308,13 @@ def test_the_sites_default_output_pattern_is_fixed_at_submission(
         assert task.stdout_path == f"/tmp/out-{many}.1.log"
     finally:
         ctl.stop()
+
+
+def test_the_views_partition_states_are_the_cores() -> None:
+    # Restated in the views so that token commands load no core; they must not drift.
+    from typing import get_args
+
+    from gpufleet.controller.views import PartitionStateName
+    from gpufleet.core.job import PartitionState
+
+    assert get_args(PartitionStateName) == get_args(PartitionState)

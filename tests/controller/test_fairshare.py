@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.harness import ANA, BOB, OPERATOR, Cluster, spec
+from gpufleet.api.agent_schemas import RunReport
 from gpufleet.controller.service import Principal
 from gpufleet.core.accounts import Account, AccountTree, User
 from gpufleet.policies.fairshare import FairshareArgs
@@ -148,3 +149,23 @@ def test_the_view_shows_current_usage_between_recalculations(db: Database) -> No
         assert rows(c)[("vision", None)][0] == pytest.approx(120)
     finally:
         c.ctl.stop()
+
+
+def test_a_late_report_bills_the_run_to_when_it_ended(cluster: Cluster) -> None:
+    """An agent down when its run ended reports it later: the run is billed, live and
+    as rebuilt from the store at a restart, to the end the node reports."""
+    job = cluster.ctl.submit(principal=ANA, spec=spec(gpus_per_node=2)).job_id
+    cluster.ctl.run_cycle_now()
+    node = cluster.where(job)
+    cluster.sync(node)
+    start = cluster.clock.now()
+    cluster.clock.advance(HOUR)
+    cluster.ctl.run_cycle_now()  # usage charged meanwhile, past the run's end
+    report = RunReport(job_id=job, run=1, state="exited", exit_code=0, at=start + 600)
+    cluster.sync(node, [report])
+    out = cluster.ctl.get_job(principal=ANA, job_id=job)
+    assert (out.state, out.end_time) == ("COMPLETED", start + 600)
+    cluster.clock.advance(1)
+    assert rows(cluster)[("vision", "ana")][0] == pytest.approx(1200)  # 2 GPUs x 600 s
+    cluster.restart()
+    assert rows(cluster)[("vision", "ana")][0] == pytest.approx(1200)

@@ -36,8 +36,8 @@ def test_the_owner_holds_and_releases_its_own_job(cluster: Cluster) -> None:
     job = ctl.submit(principal=ANA, spec=spec(begin=cluster.clock.now() + 3600)).job_id
     out = ctl.hold_job(principal=ANA, job_id=job)
     assert (out.held, out.hold, out.reason) == (True, "user", "JobHeldUser")
-    with pytest.raises(Conflict):
-        ctl.hold_job(principal=ANA, job_id=job)  # already held
+    out = ctl.hold_job(principal=ANA, job_id=job)  # already held: quietly so, as Slurm's
+    assert (out.held, out.hold, out.reason) == (True, "user", "JobHeldUser")
     out = ctl.release_job(principal=ANA, job_id=job)
     assert (out.held, out.hold) == (False, None)
     ctl.run_cycle_now()
@@ -54,8 +54,7 @@ def test_an_operators_hold_is_an_admin_hold_the_owner_cannot_release(
     assert (out.held, out.hold, out.reason) == (True, "admin", "JobHeldAdmin")
     with pytest.raises(Forbidden, match=f"^job {job}: held by an operator or admin"):
         ctl.release_job(principal=ANA, job_id=job)
-    with pytest.raises(Conflict):
-        ctl.hold_job(principal=ANA, job_id=job)  # an admin hold is never lowered
+    assert ctl.hold_job(principal=ANA, job_id=job).hold == "admin"  # never lowered
     ctl.run_cycle_now()
     assert hold_of(cluster, job) == ("PENDING", "admin", "JobHeldAdmin")  # nothing released
     assert ctl.release_job(principal=who, job_id=job).hold is None
@@ -67,8 +66,7 @@ def test_an_operator_turns_a_user_hold_into_an_admin_hold(cluster: Cluster) -> N
     ctl = cluster.ctl
     job = ctl.submit(principal=ANA, spec=spec(hold=True)).job_id
     assert ctl.hold_job(principal=OPERATOR, job_id=job).hold == "admin"
-    with pytest.raises(Conflict):
-        ctl.hold_job(principal=OPERATOR, job_id=job)  # already an admin hold
+    assert ctl.hold_job(principal=OPERATOR, job_id=job).hold == "admin"  # already one
     with pytest.raises(Forbidden):
         ctl.release_job(principal=ANA, job_id=job)
 
@@ -120,6 +118,20 @@ def test_jobs_held_before_the_hold_kinds_become_user_holds(db: Database) -> None
         ("1", "user"),
         ("2", None),
     ]
+
+
+def test_holding_a_held_array_succeeds_but_a_running_job_cannot_be_held(
+    cluster: Cluster,
+) -> None:
+    ctl = cluster.ctl
+    array = ctl.submit(principal=ANA, spec=spec(array="0-1", hold=True)).job_id
+    ctl.hold_job(principal=ANA, job_id=array)
+    assert {j.hold for j in ctl.list_jobs(principal=ANA).jobs} == {"user"}
+    job = ctl.submit(principal=ANA, spec=spec()).job_id
+    ctl.run_cycle_now()
+    assert cluster.state(job) == "RUNNING"
+    with pytest.raises(Conflict, match=f"^job {job}: cannot hold a job that is RUNNING"):
+        ctl.hold_job(principal=ANA, job_id=job)
 
 
 @pytest.mark.parametrize("who", [ANA, OPERATOR], ids=["user", "operator"])

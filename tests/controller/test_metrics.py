@@ -266,11 +266,15 @@ def test_temperature_and_power_not_read_have_no_sample(cluster: Cluster) -> None
 
 def test_preemption_and_requeue_are_counted(cluster: Cluster) -> None:
     ctl = cluster.ctl
-    for _ in range(2):
-        ctl.submit(principal=BOB, spec=spec(gpus_per_node=4, qos="scav"))
+    scav = [ctl.submit(principal=BOB, spec=spec(gpus_per_node=4, qos="scav")).job_id]
+    scav.append(ctl.submit(principal=BOB, spec=spec(gpus_per_node=4, qos="scav")).job_id)
     ctl.run_cycle_now()
     urgent = ctl.submit(principal=ANA, spec=spec(gpus_per_node=4, qos="high")).job_id
-    ctl.run_cycle_now()  # one scavenger job is the victim, requeued at once (no grace time)
+    ctl.run_cycle_now()  # one scavenger job is the victim, killed (no grace time)
+    (victim,) = [j for j in scav if cluster.state(j) == "COMPLETING"]
+    cluster.sync(cluster.where(victim))  # the agent gets the kill; the victim is requeued
+    ended = RunReport(job_id=victim, run=1, state="signalled", signal=15, at=0.0, cause="killed")
+    cluster.sync(cluster.where(victim), [ended])
     ctl.run_cycle_now()
     assert cluster.state(urgent) == "RUNNING"
     got = scrape(ctl)

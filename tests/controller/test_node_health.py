@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.harness import ADMIN, ANA, OPERATOR, Cluster, spec
-from gpufleet.api.agent_schemas import AgentSync, NodeHealth
+from gpufleet.api.agent_schemas import AgentSync, GpuReading, NodeHealth
 
 
 def report(cluster: Cluster, node: str, **verdict: object) -> None:
@@ -63,3 +63,19 @@ def test_a_masked_gpu_is_avoided_while_the_node_works_on(cluster: Cluster) -> No
     cluster.ctl.run_cycle_now()
     assert cluster.state(pair) == "RUNNING"
     assert [a for a, _ in events(cluster, "n1")] == ["node.health", "node.health"]
+
+
+def test_a_masked_gpu_says_why_in_the_node_list(cluster: Cluster) -> None:
+    """The node keeps its Slurm state (idle); each GPU says whether and why it is masked,
+    from its reading, which ``gpufleet nodes`` shows as the node's reason."""
+    sick = GpuReading(index=1, xid_last=48, healthy=False, health_reason="xid 48 (reset class)")
+    readings = [GpuReading(index=0), sick, GpuReading(index=2), GpuReading(index=3)]
+    health = NodeHealth(ok=True, masked_gpus=[1, 3], at=cluster.clock.now())
+    cluster.ctl.sync_agent(
+        principal=ADMIN, node="n1", body=AgentSync(gpus=readings, health=health)
+    )
+    node = cluster.ctl.get_node(principal=ADMIN, name="n1")
+    assert (node.state, node.reason) == ("idle", "")
+    assert [g.masked for g in node.gpus] == ["", "xid 48 (reset class)", "", "unhealthy"]
+    report(cluster, "n1", masked_gpus=[])
+    assert [g.masked for g in cluster.ctl.get_node(principal=ADMIN, name="n1").gpus] == [""] * 4

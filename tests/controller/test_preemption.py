@@ -19,8 +19,9 @@ POLICY = Policy(
 )
 QOS = {
     "normal": QoS("normal"),
-    "high": QoS("high", preempt=("preemptible",)),
+    "high": QoS("high", preempt=("preemptible", "scavenger")),
     "preemptible": QoS("preemptible", preempt_mode="requeue", grace_s=60),
+    "scavenger": QoS("scavenger", preempt_mode="requeue"),  # no grace time
 }
 
 
@@ -59,3 +60,42 @@ def test_a_victim_requeued_ahead_of_its_preemptor_leaves_it_the_room(cluster: Cl
         ctl.run_cycle_now()
     assert (cluster.state(high), cluster.state(low)) == ("RUNNING", "PENDING")
     assert ctl.get_job(principal=ANA, job_id=low).restart_count == 1
+
+
+def test_a_victim_without_grace_time_is_killed_and_holds_its_room_until_it_ends(
+    cluster: Cluster,
+) -> None:
+    """As Slurm: SIGTERM, SIGKILL after the kill grace (KillWait), and the preemptor
+    starts once the victim has ended, never beside it on the same GPUs."""
+    ctl, clock = cluster.ctl, cluster.clock
+    low = ctl.submit(principal=ANA, spec=spec(gpus_per_node=4, qos="scavenger")).job_id
+    ctl.run_cycle_now()
+    cluster.sync("n1")
+    clock.advance(1000)
+    high = ctl.submit(principal=ANA, spec=spec(gpus_per_node=4, qos="high")).job_id
+    ctl.run_cycle_now()
+    reply = cluster.sync("n1")
+    assert reply.jobs_to_start == []
+    assert [(k.job_id, k.signal, k.grace_s) for k in reply.jobs_to_kill] == [
+        (low, "TERM", cluster.setup.kill_grace_s)
+    ]
+    assert (cluster.state(low), cluster.state(high)) == ("COMPLETING", "PENDING")
+    clock.advance(5)
+    ctl.run_cycle_now()  # the victim still lives: its room is not given away
+    assert cluster.sync("n1").jobs_to_start == []
+    ended = clock.now() - 2  # it trapped SIGTERM and exited; the report came later
+    report = RunReport(job_id=low, run=1, state="exited", exit_code=0, at=ended, cause="killed")
+    cluster.sync("n1", [report])
+    ctl.run_cycle_now()
+    assert (cluster.state(high), cluster.state(low)) == ("RUNNING", "PENDING")
+    assert [launch.job_id for launch in cluster.sync("n1").jobs_to_start] == [high]
+    history = ctl.get_job(principal=ANA, job_id=low).history
+    states = [(e.state, e.time) for e in history][1:]
+    preempted_at = clock.now() - 5
+    assert states == [
+        ("RUNNING", preempted_at - 1000),
+        ("COMPLETING", preempted_at),
+        ("PREEMPTED", ended),
+        ("REQUEUED", clock.now()),
+        ("PENDING", clock.now()),
+    ]

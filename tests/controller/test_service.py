@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
@@ -307,6 +308,80 @@ def test_a_time_limit_over_the_partitions_maximum_is_refused_at_submission(db: D
         # No default time: the partition's maximum, as Slurm gives.
         job = ctl.submit(principal=ANA, spec=spec(partition="short")).job_id
         assert ctl.get_job(principal=ANA, job_id=job).time_limit_s == 1800
+    finally:
+        cluster.ctl.stop()
+
+
+def test_no_limit_is_refused_under_a_maximum_and_runs_unbounded_without_one(
+    db: Database,
+) -> None:
+    partitions = {
+        "gpu": Partition("gpu", default_time_s=600),
+        "short": Partition("short", max_time_s=1800),
+    }
+    cluster = Cluster(db, partitions=partitions, kill_grace_s=30, backstop_s=60.0)
+    try:
+        ctl = cluster.ctl
+        cluster.register()
+        # As Slurm's EnforcePartLimits=ALL: UNLIMITED is over any maximum.
+        with pytest.raises(Invalid) as e:
+            ctl.submit(principal=ANA, spec=spec(partition="short", time_limit_s=0))
+        assert e.value.field == "body.time_limit_s"
+        assert "no limit" in e.value.reason and "1800 s" in e.value.reason
+        job = ctl.submit(principal=ANA, spec=spec(gpus_per_node=4, time_limit_s=0)).job_id
+        assert ctl.get_job(principal=ANA, job_id=job).time_limit_s == 0  # not the default
+        ctl.run_cycle_now()
+        node = cluster.where(job)
+        assert [s.time_limit_s for s in cluster.sync(node).jobs_to_start] == [0]  # no kill timer
+        cluster.clock.advance(400 * 86400)  # past any default, even the year planned with
+        cluster.sync(node)
+        ctl.run_cycle_now()
+        assert cluster.state(job) == "RUNNING"
+        # A signalled death with no cause is no TIMEOUT: there is no limit to be past.
+        report = RunReport(job_id=job, run=1, state="signalled", signal=9, at=cluster.clock.now())
+        cluster.sync(node, [report])
+        assert cluster.state(job) == "FAILED"
+    finally:
+        cluster.ctl.stop()
+
+
+@pytest.mark.parametrize("state", ["drain", "inactive"])
+def test_a_drained_or_inactive_partition_takes_no_new_job_and_keeps_its_queue(
+    db: Database, state: str
+) -> None:
+    cluster = Cluster(db, partitions={"gpu": Partition("gpu")})
+    try:
+        queued = cluster.ctl.submit(principal=ANA, spec=spec()).job_id  # no node yet: waits
+        cluster.setup = replace(cluster.setup, partitions={"gpu": Partition("gpu", state=state)})
+        cluster.restart()
+        with pytest.raises(Invalid) as e:
+            cluster.ctl.submit(principal=ANA, spec=spec())
+        assert (e.value.field, e.value.reason) == (
+            "body.partition",
+            f"partition gpu is {state} and takes no new jobs",
+        )
+        cluster.register()
+        cluster.ctl.run_cycle_now()
+        # As Slurm: a draining partition still starts its queue, an inactive one does not.
+        out = cluster.ctl.get_job(principal=ANA, job_id=queued)
+        expected = ("RUNNING", "") if state == "drain" else ("PENDING", "PartitionInactive")
+        assert (out.state, out.reason) == expected
+    finally:
+        cluster.ctl.stop()
+
+
+def test_array_indices_stay_below_the_sites_max_array_size(db: Database) -> None:
+    assert setup().max_array_size == 1001  # Slurm's default MaxArraySize
+    cluster = Cluster(db, max_array_size=10)
+    try:
+        ctl = cluster.ctl
+        assert ctl.submit(principal=ANA, spec=spec(array="0-9", hold=True)).array_task_count == 10
+        for array in ("0-10", "10", "0-99999"):
+            with pytest.raises(Invalid) as e:
+                ctl.submit(principal=ANA, spec=spec(array=array, hold=True))
+            assert e.value.field == "body.array"
+            assert "maximum of 9 (max_array_size = 10)" in e.value.reason
+        assert len(ctl.list_jobs(principal=ANA).jobs) == 10
     finally:
         cluster.ctl.stop()
 

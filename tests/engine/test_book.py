@@ -78,6 +78,27 @@ def test_victim_without_grace_stops_before_the_start() -> None:
     assert list(b.pending) == ["v"]
 
 
+def test_a_book_that_waits_for_stops_signals_a_victim_without_grace() -> None:
+    """A driver whose victims are processes (the controller) builds its book with
+    ``stop_at_once=False``: a victim with no grace time holds its room, for its
+    preemptor, until the driver reports it gone, as one in grace time does."""
+    b = JobBook([node("a").gpus(8).build()], QOS, PARTS, stop_at_once=False)
+    b.submit(qjob("v").gpus(8).qos("low").job())
+    b.apply(Plan(starts={"v": [whole(0, *range(8))]}), now=0)
+    b.submit(qjob("j").gpus(8).job())
+    plan = Plan(
+        starts={"j": [whole(0, *range(8))]},
+        preemptions=[Preemption("v", "requeue", 0, for_job="j")],
+    )
+    fx = b.apply(plan, now=10)
+    (sig,) = fx.signalled
+    assert (sig.job_id, sig.deadline, sig.mode, sig.for_job) == ("v", 10, "requeue", "j")
+    assert fx.deferred == ["j"] and not fx.started and not fx.stopped
+    assert b.snapshot(12).signalled == {"v": "j"}
+    assert b.stop("v", now=12, requeue=True).outcome == "requeued"
+    assert b.snapshot(12).promised == {"j": tuple(plan.starts["j"])}
+
+
 def test_victim_in_grace_defers_the_start_and_is_signalled_once() -> None:
     b = book("a")
     b.submit(qjob("v").gpus(8).qos("low").job())

@@ -142,3 +142,34 @@ def test_an_idle_gap_costs_one_step_and_only_decays(monkeypatch: pytest.MonkeyPa
     led.start(r, gap + 7)  # a run charges again, step by step, from the gap's end
     led.view(gap + 900)
     assert steps == 3
+
+
+def test_a_run_stopped_in_the_past_is_charged_to_its_end_only() -> None:
+    """A driver told late of an end (its node's agent was down) stops the run at the
+    time it ended: what the ledger charged it since, across a recalc boundary too, is
+    taken back, so usage is what it would be had the driver known at once."""
+    state = cluster(node("n").gpus(8))
+    tree = AccountTree([Account("a")], [User("u", "a"), User("v", "a")])
+
+    def ledger() -> UsageLedger:
+        led = UsageLedger(tree, FairshareArgs(), {"normal": QoS("normal")}, recalc_s=300)
+        led.state = state
+        return led
+
+    def run(user: str, start: int) -> RunningJob:
+        b = qjob(user).gpus(2).user(user, account="a")
+        job = b.job(state=JobState.RUNNING, start_time=start)
+        return RunningJob(job, (Assignment(node=0, gpus=(0, 1), gpu_milli=2000),), start + 1000)
+
+    told, late = ledger(), ledger()
+    late_u, other = run("u", 100), run("v", 200)
+    for led in (told, late):
+        led.start(late_u, 100)
+        led.start(other, 200)
+    told.stop(late_u, 250)
+    late.view(700)  # charged up to 600, past the end, before the end is known
+    late.stop(late_u, 250)
+    for t in (700, 900, 1300):
+        # The same but for the decay of steps cut at other times (a few parts in 1e5).
+        assert late.view(t).usage == pytest.approx(told.view(t).usage, rel=1e-4)
+    assert late.current(1300).usage == pytest.approx(told.current(1300).usage, rel=1e-4)

@@ -14,8 +14,10 @@ carried (the controller applies them before answering). Starts of a
 ``(job_id, run)`` already held or reported are ignored by the runner, and a
 kill of a run never started ends it unstarted, so its start never runs.
 When the controller cannot be reached the agent retries with exponential
-backoff (with jitter, at most ``max_backoff_s``) and its runs go on; a
-controller that no longer knows the node (404) gets a fresh registration.
+backoff (with jitter, at most ``max_backoff_s`` and at most the heartbeat
+interval, so that a restarted controller hears from it before it would call
+the node lost) and its runs go on; a controller that no longer knows the
+node (404) gets a fresh registration.
 Only the first registration's refusal ends the loop; once registered, a
 refusal is waited out, ``max_backoff_s`` at a time.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,11 +35,12 @@ from typing import Any
 import httpx
 
 from gpufleet.adapters.inventory import nodes_from_groups, with_mig
-from gpufleet.agent.checks import NodeChecks
+from gpufleet.agent.checks import REASON_CHARS, CheckSettings, NodeChecks
 from gpufleet.agent.mig import MigApplier
 from gpufleet.agent.runner import Runner
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.api.agent_schemas import (
+    MAX_RETRY_S,
     MAX_SYNC_WAIT_S,
     AgentRegister,
     AgentSync,
@@ -53,6 +57,8 @@ from gpufleet.core.model import Node
 log = logging.getLogger("gpufleet.agent")
 
 REPEAT_PAUSE_S = 1.0
+STATE_RETRY_S = 1.0
+"""How often a state directory that failed is tried again."""
 
 
 class Refused(Exception):
@@ -78,7 +84,9 @@ class Agent:
     ``job_uid``: the runner's, whom runs here run as) and ``differences``
     (from the declared inventory) go with each registration.
     ``mig`` carries out the MIG changes the controller asks for (by default
-    a dry run); the declared inventory then takes the new layout.
+    a dry run); the declared inventory then takes the new layout. ``checks``
+    (by default none but the GPUs' and the state directory's) give the
+    node's health verdict.
     """
 
     def __init__(
@@ -96,7 +104,7 @@ class Agent:
         checks: NodeChecks | None = None,
         mig: MigApplier | None = None,
         poll_s: float = 0.2,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = MAX_RETRY_S,
         max_wait_s: float = MAX_SYNC_WAIT_S,
     ) -> None:
         self.node = node
@@ -108,7 +116,7 @@ class Agent:
         # Whom runs here run as: the controller serves output files that account owns.
         self._facts = {**dict(facts or {}), "job_uid": runner.job_uid}
         self._differences = list(differences)
-        self._checks = checks
+        self._checks = checks or NodeChecks(CheckSettings())
         self._mig = mig or MigApplier(hardware=False, enabled=False)
         # MIG changes done and not yet acknowledged, and the last done per GPU.
         self._mig_lock = threading.Lock()
@@ -139,9 +147,8 @@ class Agent:
         """
         monitor = threading.Thread(target=self._monitor, name="agent-monitor", daemon=True)
         monitor.start()
-        if self._checks is not None:
-            # Its own thread: a check script may take a minute, a heartbeat may not.
-            threading.Thread(target=self._check_loop, name="agent-checks", daemon=True).start()
+        # Its own thread: a check script may take a minute, a heartbeat may not.
+        threading.Thread(target=self._check_loop, name="agent-checks", daemon=True).start()
         try:
             self._until_done(self.register)
             known = True
@@ -205,7 +212,7 @@ class Agent:
             wait_s=wait_s,
             gpus=self._readings(),
             checkpoints=self.runner.checkpoints(),
-            health=self._health,
+            health=self._verdict(),
             mig_done=mig_done,
         )
         data = self._post(
@@ -219,20 +226,19 @@ class Agent:
                 if self._mig_unacked.get(done.gpu) is done:
                     del self._mig_unacked[done.gpu]
         news = bool(reply.mig_changes) and self._change_mig(reply.mig_changes)
-        for launch in reply.jobs_to_start:
-            try:
-                if self.runner.start(launch):
-                    news = True
-                    log.info("started job %s run %d", launch.job_id, launch.run)
-            except OSError:  # the state directory itself failed (disk full): try again later
-                log.exception("cannot start job %s run %d", launch.job_id, launch.run)
+        # Kills first: a new run of a job waits for its old run here to end (the runner
+        # defers it, and the controller asks again), never the other way round.
         for kill in reply.jobs_to_kill:
             try:
                 if self.runner.kill(kill.job_id, kill.run, kill.signal, kill.grace_s, kill.reason):
                     news = True
                     log.info("killing job %s run %d (%s)", kill.job_id, kill.run, kill.reason)
-            except OSError:
+            except OSError:  # the state directory failed: the controller sends it again
                 log.exception("cannot kill job %s run %d", kill.job_id, kill.run)
+        for launch in reply.jobs_to_start:
+            if self.runner.start(launch):
+                news = True
+                log.info("started job %s run %d", launch.job_id, launch.run)
         if not news and (reply.jobs_to_start or reply.jobs_to_kill) and wait_s > 0:
             # Nothing new: a kill sent again (an older controller repeats one on
             # every sync, and answers a long poll at once when it does). Pause
@@ -266,19 +272,39 @@ class Agent:
     # -- internals --------------------------------------------------------------------
 
     def _monitor(self) -> None:
-        """Collect run ends and report them at once (the long poll may be waiting)."""
+        """Collect run ends and report them at once (the long poll may be waiting).
+
+        Nothing ends this loop but ``stop``: a failure is logged (once while it lasts)
+        and the next poll tries again, and a state directory that failed is tried
+        every ``STATE_RETRY_S`` until it takes writes again.
+        """
+        failure = ""
+        tried = 0.0
         while not self._stop.wait(self._poll_s):
-            ended = self.runner.poll()
-            if ended:
-                self._ended.set()
-            for report in ended:
-                log.info("job %s run %d ended: %s", report.job_id, report.run, _describe(report))
-            if ended and self.registered.is_set():
-                try:
-                    self.sync(wait_s=0.0, client=self._flush_client)
-                except (httpx.HTTPError, NotRegistered, Refused) as e:
-                    # The main loop carries the reports on its next sync.
-                    log.debug("report flush failed: %s", e)
+            try:
+                if self.runner.fault and time.monotonic() - tried >= STATE_RETRY_S:
+                    tried = time.monotonic()
+                    if not self.runner.check_state_dir():
+                        self._recheck.set()  # a fresh verdict, without the fault
+                self._collect()
+                failure = ""
+            except Exception as e:
+                if repr(e) != failure:
+                    log.exception("watching the runs failed; trying again")
+                failure = repr(e)
+
+    def _collect(self) -> None:
+        ended = self.runner.poll()
+        if ended:
+            self._ended.set()
+        for report in ended:
+            log.info("job %s run %d ended: %s", report.job_id, report.run, _describe(report))
+        if ended and self.registered.is_set():
+            try:
+                self.sync(wait_s=0.0, client=self._flush_client)
+            except (httpx.HTTPError, NotRegistered, Refused) as e:
+                # The main loop carries the reports on its next sync.
+                log.debug("report flush failed: %s", e)
 
     def _readings(self) -> list[GpuReading]:
         """The GPUs' readings now; none (the controller keeps the last) if the source fails."""
@@ -297,17 +323,33 @@ class Agent:
     def _check_loop(self) -> None:
         """Run the node's checks every interval, or at once when a GPU's verdict changes;
         a failing verdict goes out before its remediation, the re-check after it."""
-        assert self._checks is not None
-        faults = [self._telemetry.fault] if self._telemetry and self._telemetry.fault else []
+        telemetry = [self._telemetry.fault] if self._telemetry and self._telemetry.fault else []
         while not self._stop.is_set():
-            health = self._checks.run(self._gpus, faults)
+            health = self._checks.run(self._gpus, self._faults(telemetry))
             self._publish(health)
             remediation = self._checks.remediate(health)
             if remediation:
-                again = self._checks.run(self._gpus, faults)
+                again = self._checks.run(self._gpus, self._faults(telemetry))
                 self._publish(again.model_copy(update={"remediation": remediation}))
             self._recheck.wait(self._checks.settings.interval_s)
             self._recheck.clear()
+
+    def _faults(self, telemetry: list[str]) -> list[str]:
+        """The faults found outside the checks: the readings' source, the state directory."""
+        state = self.runner.check_state_dir()
+        return [*telemetry, state] if state else telemetry
+
+    def _verdict(self) -> NodeHealth | None:
+        """The health verdict a sync carries: the checks' last, failing as well while the
+        runner cannot write its state directory, so that the sync reporting a run the
+        node could not start also drains the node (the checks see it only later)."""
+        health, fault = self._health, self.runner.fault
+        if not fault or (health is not None and fault in health.reason):
+            return health
+        if health is None:
+            return NodeHealth(ok=False, reason=fault[:REASON_CHARS], at=time.time())
+        reason = "; ".join(r for r in (health.reason, fault) if r)[:REASON_CHARS]
+        return health.model_copy(update={"ok": False, "reason": reason})
 
     def _publish(self, health: NodeHealth) -> None:
         """Keep ``health`` for the syncs; send it at once when it is news."""
@@ -339,7 +381,9 @@ class Agent:
                 pause = random.uniform(0.5, 1.0) * delay
                 log.warning("controller unreachable (%s); retrying in %.1f s", _short(e), pause)
                 self._stop.wait(pause)
-                delay = min(self._max_backoff_s, delay * 2)
+                # Never longer than a heartbeat: a restarted controller that hears nothing
+                # for its heartbeat timeout calls the node lost and requeues its jobs.
+                delay = min(self._max_backoff_s, self.heartbeat_s, delay * 2)
         return None
 
     def _post(self, client: httpx.Client, path: str, body: dict[str, Any], timeout: float) -> Any:

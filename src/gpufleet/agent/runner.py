@@ -16,6 +16,19 @@ and a cancel crossing on the way) never runs the job.
 Acknowledged runs leave a small marker in ``STATE_DIR/done`` for a week, so
 that a late duplicate of a start never runs a finished job twice.
 
+A start waits (``start`` says False, and the controller asks again at its
+next sync) while another run of the same job, or a run holding one of its
+GPUs whole, still lives here: two runs of a job never overlap, even when the
+controller's start of the new run comes before its kill of the old one has
+taken effect (after an agent restart or a lost node).
+
+A state directory that cannot be written (a full disk) stops nothing for
+good: a launch that cannot be written down ends as a ``failed_to_start``
+report with cause ``node_fail`` (not the job's doing: the controller
+requeues it), a run's end that cannot be written down is reported from
+memory, and ``fault`` says why until ``check_state_dir`` finds the directory
+writable again.
+
 The job's environment is the submitted one plus ``GPUFLEET_*`` variables,
 their ``SLURM_*`` equivalents, and ``CUDA_VISIBLE_DEVICES`` listing the
 assigned GPU (or MIG) UUIDs: empty when none are assigned, so that a CPU
@@ -34,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import pwd
 import re
@@ -51,6 +65,8 @@ from gpufleet.agent import supervise
 from gpufleet.agent.supervise import read_json, signal_number, write_json
 from gpufleet.api.agent_schemas import Checkpointed, JobLaunch, RunRef, RunReport
 
+log = logging.getLogger("gpufleet.agent")
+
 Key = tuple[str, int]
 
 SAFE_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -63,6 +79,7 @@ MASTER_PORT_BASE = 20000
 MASTER_PORT_SPAN = 10000  # below Linux's ephemeral ports (32768 and up)
 CHECKPOINT_MARK = ".checkpointed"
 """Touched by a job after each complete checkpoint; its time is the checkpoint's."""
+PROBE_FILE = "probe.json"
 
 
 class LaunchError(Exception):
@@ -185,6 +202,8 @@ class Runner:
         # mark they are handed must not be paths relative to the agent's.
         state_dir = Path(state_dir).absolute()
         self.node = node
+        self.state_dir = state_dir
+        self.fault = ""  # why the state directory cannot be written, '' when it can
         self.same_user = same_user or os.geteuid() != 0
         self.container = container  # the template's words, "{image}" among them
         self._runs = Path(state_dir) / "runs"
@@ -203,10 +222,13 @@ class Runner:
         # Runs as another user need to reach their own directory inside.
         self._runs.chmod(0o711)
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()
         self._active: set[Key] = set()
         self._ended: dict[Key, RunReport] = {}
         self._children: dict[Key, int] = {}  # supervisor PIDs this object started
         self._marks: dict[Key, str] = {}  # each run's checkpoint mark ("" for none)
+        self._gpus: dict[Key, tuple[frozenset[str], bool]] = {}  # GPUs held, and if shared
+        self._deferred: set[Key] = set()  # starts waiting for another run to end
         self._prune_done()
         for rundir in sorted(self._runs.iterdir()):
             job_id, _, run = rundir.name.rpartition(".")
@@ -224,11 +246,14 @@ class Runner:
     # -- the agent's calls -------------------------------------------------------------
 
     def start(self, launch: JobLaunch) -> bool:
-        """Start a run; False when this ``(job_id, run)`` is already held or was reported.
+        """Start a run; False when this ``(job_id, run)`` is already held or was reported,
+        or must wait for another run here to end (the module's docstring says which).
 
         A run that cannot start (bad spec, workdir, output directory, missing
         executable or interpreter, unknown user) ends as a ``failed_to_start``
-        report; this method itself does not fail for bad launches.
+        report; one the node cannot start (its state directory cannot be
+        written, no supervisor can be spawned) as one with cause ``node_fail``,
+        its files removed. This method itself does not fail for bad launches.
         """
         key = (launch.job_id, launch.run)
         with self._lock:
@@ -238,12 +263,23 @@ class Runner:
                 message = f"job id {launch.job_id!r} is not a safe name"
                 self._ended[key] = _failed(key, message, cause="failed_to_start")
                 return True
+            blocker = self._blocker(launch)
+            if blocker is not None:
+                if key not in self._deferred:
+                    self._deferred.add(key)
+                    log.info("job %s run %d waits for job %s run %d to end", *key, *blocker)
+                return False
+            self._deferred.discard(key)
             rundir = self._dir(key)
             try:
                 rundir.mkdir(mode=0o700)
             except FileExistsError:
                 return False
+            except OSError as e:
+                self._node_failed(key, e)
+                return True
             self._active.add(key)
+            self._gpus[key] = (frozenset(launch.gpu_uuids), launch.gpu_milli > 0)
             try:
                 user = self._user(launch.user)
                 write_json(rundir / supervise.RUN_FILE, self._plan(launch, rundir))
@@ -252,10 +288,10 @@ class Runner:
                 if launch.checkpoint_dir and user is not None:
                     _user_storage(launch, user)
                 self._children[key] = self._spawn(rundir, user)
-            except (LaunchError, OSError) as e:
-                message = str(e) if isinstance(e, LaunchError) else f"agent: {e}"
-                status = _status_json("failed_to_start", message, "failed_to_start")
-                write_json(rundir / supervise.STATUS_FILE, status)
+            except LaunchError as e:
+                self._end_here(key, _status_json("failed_to_start", str(e), "failed_to_start"))
+            except OSError as e:
+                self._node_failed(key, e)
             return True
 
     def kill(self, job_id: str, run: int, sig: str, grace_s: int, reason: str = "") -> bool:
@@ -293,13 +329,19 @@ class Runner:
             return True
 
     def poll(self) -> list[RunReport]:
-        """Collect runs that ended since the last call and return their reports."""
+        """Collect runs that ended since the last call and return their reports. A run
+        whose files cannot be read now is looked at again at the next call."""
         new: list[RunReport] = []
         with self._lock:
             for key in sorted(self._active):
-                report = self._ended_report(key)
+                try:
+                    report = self._ended_report(key)
+                except OSError as e:
+                    log.warning("job %s run %d: %s", *key, e)
+                    continue
                 if report is not None:
                     self._active.discard(key)
+                    self._gpus.pop(key, None)
                     self._ended[key] = report
                     new.append(report)
             for key, pid in list(self._children.items()):
@@ -349,11 +391,36 @@ class Runner:
         with self._lock:
             for key in keys:
                 self._marks.pop(key, None)
+                self._deferred.discard(key)
                 if self._ended.pop(key, None) is None:
                     continue
                 if SAFE_JOB_ID.fullmatch(key[0]):
-                    (self._done / self._dir(key).name).touch()
+                    try:
+                        (self._done / self._dir(key).name).touch()
+                    except OSError:
+                        # The run directory, kept, stops a late start as the marker would.
+                        self.check_state_dir()
+                        continue
                     shutil.rmtree(self._dir(key), ignore_errors=True)
+
+    def check_state_dir(self) -> str:
+        """Whether the state directory takes a write now: '' when it does, else why not,
+        which ``fault`` then says too (until a later check passes)."""
+        probe = Path(self.state_dir) / PROBE_FILE
+        with self._probe_lock:
+            try:
+                write_json(probe, {"at": time.time()})
+                probe.unlink()
+                fault = ""
+            except OSError as e:
+                fault = f"state dir {self.state_dir}: {e.strerror or e}"
+            if fault != self.fault:
+                if fault:
+                    log.error("%s: runs here cannot start or end until it can be written", fault)
+                else:
+                    log.warning("state dir %s can be written again", self.state_dir)
+            self.fault = fault
+        return fault
 
     def close(self) -> None:
         """Let another Runner use the state directory (the runs go on)."""
@@ -376,10 +443,63 @@ class Runner:
             rundir.mkdir(mode=0o700)
         except FileExistsError:
             return False  # left by an interrupted acknowledge: it ran and ended
-        status = _status_json("failed_to_start", message, "killed")
-        write_json(rundir / supervise.STATUS_FILE, status)
+        except OSError:
+            self.check_state_dir()
+            self._ended[key] = _failed(key, message, cause="killed")
+            return True
         self._active.add(key)  # ended: the next poll reports it
+        self._end_here(key, _status_json("failed_to_start", message, "killed"))
         return True
+
+    def _end_here(self, key: Key, status: dict[str, Any]) -> None:
+        """Write the status of a run that never started into its directory, for the next
+        poll (and a restarted Runner) to report. When that cannot be written the report
+        is kept in memory and the directory removed."""
+        try:
+            write_json(self._dir(key) / supervise.STATUS_FILE, status)
+        except OSError:
+            self.check_state_dir()
+            self._active.discard(key)
+            self._gpus.pop(key, None)
+            self._ended[key] = RunReport(job_id=key[0], run=key[1], **status)
+            shutil.rmtree(self._dir(key), ignore_errors=True)
+
+    def _node_failed(self, key: Key, error: OSError) -> None:
+        """The node could not start the run (not the job's doing): end it unstarted with
+        cause ``node_fail`` (the controller requeues it), leaving no files behind. A
+        restarted agent that finds none is simply asked to start it again."""
+        self.check_state_dir()
+        self._active.discard(key)
+        self._gpus.pop(key, None)
+        message = f"agent: cannot start the run: {error}"
+        self._ended[key] = _failed(key, message, cause="node_fail")
+        shutil.rmtree(self._dir(key), ignore_errors=True)
+
+    def _blocker(self, launch: JobLaunch) -> Key | None:
+        """A run here that ``launch`` must wait for: another run of its job, or a run
+        that holds one of its GPUs, unless both take only a share of it."""
+        mine = frozenset(launch.gpu_uuids)
+        for key in sorted(self._active):
+            if key[0] == launch.job_id:
+                return key
+            if mine:
+                gpus, shared = self._holding(key)
+                if mine & gpus and not (shared and launch.gpu_milli > 0):
+                    return key
+        return None
+
+    def _holding(self, key: Key) -> tuple[frozenset[str], bool]:
+        """The GPUs a run holds and whether as a share; read from ``run.json`` for a run
+        this Runner found rather than started."""
+        if key not in self._gpus:
+            try:
+                env = (read_json(self._dir(key) / supervise.RUN_FILE) or {}).get("env", {})
+            except (OSError, ValueError):
+                env = {}
+            devices = env.get("CUDA_VISIBLE_DEVICES", "")
+            gpus = frozenset(d for d in devices.split(",") if d)
+            self._gpus[key] = (gpus, "GPUFLEET_GPU_MILLI" in env)
+        return self._gpus[key]
 
     def _running(self) -> list[RunRef]:
         return [RunRef(job_id=j, run=r) for j, r in sorted(self._active)]
@@ -491,7 +611,11 @@ class Runner:
                 return None
             # The supervisor may have written its status just before exiting.
             status = read_json(rundir / supervise.STATUS_FILE) or self._supervisor_lost(rundir)
-            write_json(rundir / supervise.STATUS_FILE, status)
+            try:
+                write_json(rundir / supervise.STATUS_FILE, status)
+            except OSError:
+                # Reported all the same; a restarted Runner would find the same end.
+                self.check_state_dir()
         return RunReport(job_id=key[0], run=key[1], **status)
 
     def _supervisor_lost(self, rundir: Path) -> dict[str, Any]:

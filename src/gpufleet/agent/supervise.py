@@ -30,11 +30,14 @@ The run directory holds:
 ``status.json``
     written by the supervisor last: ``state`` (``exited``, ``signalled`` or
     ``failed_to_start``), ``exit_code``, ``signal``, ``at``, ``message`` and
-    ``cause`` (``exited``, ``time_limit``, ``killed`` or ``failed_to_start``:
-    why it ended, which the exit alone does not tell when a job traps
-    SIGTERM at its limit and exits 0).
+    ``cause`` (``exited``, ``time_limit``, ``killed``, ``failed_to_start``
+    or ``node_fail``: why it ended, which the exit alone does not tell when
+    a job traps SIGTERM at its limit and exits 0).
 
-Every file is replaced atomically, so a reader sees all of it or none.
+Every file is replaced atomically, so a reader sees all of it or none. A
+status that cannot be written (a full disk) is tried again until it can,
+the lock held meanwhile; a ``proc.json`` that cannot be written ends the
+job at once (no kill could reach it), as a ``node_fail``.
 This module imports only the standard library: it starts once per run.
 """
 
@@ -51,7 +54,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +64,23 @@ PROC_FILE = "proc.json"
 KILL_FILE = "kill.json"
 STATUS_FILE = "status.json"
 LOG_FILE = "supervise.log"
+STATUS_RETRY_S = 5.0
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace ``path`` atomically (write aside, fsync, rename)."""
+    """Replace ``path`` atomically (write aside, fsync, rename); a failed write (a full
+    disk) leaves ``path`` as it was and nothing beside it."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -125,15 +135,26 @@ def _check_dir(what: str, path: str) -> None:
         raise StartFailure(f"{what}: {path} is not a directory")
 
 
-def _checkpoint_dir(path: str) -> None:
+def _checkpoint_dir(path: str) -> list[Path]:
     """Make the job's checkpoint directory (kept across runs), as the job's user:
     the supervisor has dropped to it, so a link the user placed leads nowhere
-    the user could not write anyway."""
+    the user could not write anyway. Return the directories it made, outermost first."""
+    target = Path(path)
+    missing = [p for p in (*reversed(target.parents), target) if not os.path.lexists(p)]
     try:
-        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
+        _remove_dirs(missing)
         raise StartFailure(f"checkpoint directory {path}: {e.strerror or e}") from None
     _check_dir(f"checkpoint directory {path}", path)
+    return missing
+
+
+def _remove_dirs(made: list[Path]) -> None:
+    """Remove the directories a failed start made, innermost first, if still empty."""
+    for path in reversed(made):
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def _open_output(stream: str, path: str) -> int:
@@ -169,19 +190,39 @@ def _not_found(program: str, workdir: str, env: Mapping[str, str]) -> str:
 
 
 def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
-    """Start the job's process in its own session; raise StartFailure with the reason."""
-    argv: list[str] = plan["argv"]
+    """Start the job's process in its own session; raise StartFailure with the reason.
+
+    The checkpoint directory is made last, so that a start that fails makes none
+    (one it made is removed again: a job that never ran leaves no directory behind).
+    """
     workdir: str = plan["workdir"]
     _check_dir("workdir", workdir)
-    if plan.get("checkpoint_dir"):
-        _checkpoint_dir(plan["checkpoint_dir"])
     out = _open_output("stdout", plan["stdout"])
-    err = out if plan["stderr"] == plan["stdout"] else _open_output("stderr", plan["stderr"])
+    err = out
+    made: list[Path] = []
+    try:
+        if plan["stderr"] != plan["stdout"]:
+            err = _open_output("stderr", plan["stderr"])
+        if plan.get("checkpoint_dir"):
+            made = _checkpoint_dir(plan["checkpoint_dir"])
+        return _popen(plan["argv"], workdir, plan["env"], out, err)
+    except StartFailure:
+        _remove_dirs(made)
+        raise
+    finally:
+        os.close(out)
+        if err != out:
+            os.close(err)
+
+
+def _popen(
+    argv: list[str], workdir: str, env: Mapping[str, str], out: int, err: int
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             argv,
             cwd=workdir,
-            env=plan["env"],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -190,15 +231,11 @@ def _spawn(plan: Mapping[str, Any]) -> subprocess.Popen[bytes]:
     except FileNotFoundError as e:
         if e.filename not in (argv[0], None):  # the workdir, gone since it was checked
             raise StartFailure(f"{e.filename}: {e.strerror}") from None
-        raise StartFailure(_not_found(argv[0], workdir, plan["env"])) from None
+        raise StartFailure(_not_found(argv[0], workdir, env)) from None
     except OSError as e:
         raise StartFailure(f"{argv[0]}: {e.strerror}") from None
     except ValueError as e:  # a NUL byte in an argument or the environment
         raise StartFailure(f"{argv[0]}: {e}") from None
-    finally:
-        os.close(out)
-        if err != out:
-            os.close(err)
 
 
 class Supervisor:
@@ -226,16 +263,24 @@ class Supervisor:
             return _status("failed_to_start", message=str(e), cause="failed_to_start")
         self.pid = proc.pid
         started = time.time()
-        write_json(
-            self.rundir / PROC_FILE,
-            {
-                "pid": proc.pid,
-                "pgid": proc.pid,
-                "pid_start": process_start(proc.pid),
-                "started_at": started,
-                "supervisor_pid": os.getpid(),
-            },
-        )
+        try:
+            write_json(
+                self.rundir / PROC_FILE,
+                {
+                    "pid": proc.pid,
+                    "pgid": proc.pid,
+                    "pid_start": process_start(proc.pid),
+                    "started_at": started,
+                    "supervisor_pid": os.getpid(),
+                },
+            )
+        except OSError as e:
+            # Without proc.json no kill could reach the job: stop it before it does anything.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            message = f"cannot record the job's start in {self.rundir}: {e.strerror or e}"
+            return _status("failed_to_start", message=message, cause="node_fail")
         self._read_kill_request()
         self._wait(wake_r, time.monotonic())
         # The job's leader is a zombie now, so its group id cannot be reused:
@@ -359,8 +404,24 @@ def main(argv: list[str]) -> int:
         status = _status("failed_to_start", message=message, cause="failed_to_start")
     else:
         status = Supervisor(rundir, plan).run()
-    write_json(rundir / STATUS_FILE, status)
+    write_status(rundir, status)
     return 0
+
+
+def write_status(
+    rundir: Path, status: Mapping[str, Any], sleep: Callable[[float], object] = time.sleep
+) -> None:
+    """Write the run's status, again every ``STATUS_RETRY_S`` while the state directory
+    cannot take it (a full disk): the lock, held meanwhile, shows the run as ending
+    to the agent, which reports how it really ended once the status is written."""
+    while True:
+        try:
+            write_json(rundir / STATUS_FILE, status)
+            return
+        except OSError:
+            if not rundir.is_dir():
+                raise  # the run directory is gone: no one would read it
+            sleep(STATUS_RETRY_S)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_SYNC_WAIT_S = 30.0
+MAX_RETRY_S = 30.0
+"""The longest an agent waits between attempts to reach its controller: a controller
+that restarts gives every node this long beyond the heartbeat timeout to come back."""
 MAX_RUNS_PER_NODE = 100_000
 KILL_RESEND_S = 30.0
 """A kill not yet acted on (the run still lives) is sent again this long after."""
@@ -68,8 +71,9 @@ class RegisterReply(BaseModel):
     heartbeat_interval_s: float
 
 
-RunCause = Literal["exited", "time_limit", "killed", "failed_to_start"]
-"""Why a run ended: by itself, at its time limit, by a kill, or it never started."""
+RunCause = Literal["exited", "time_limit", "killed", "failed_to_start", "node_fail"]
+"""Why a run ended: by itself, at its time limit, by a kill, it never started, or the
+node could not start or follow it (its state directory failed: not the job's doing)."""
 
 
 class RunReport(_Request):
@@ -83,8 +87,11 @@ class RunReport(_Request):
     ``cause`` is why it ended, whatever the exit: ``exited`` (by itself),
     ``time_limit`` (the agent stopped it at its limit, even if it then
     exited 0), ``killed`` (a kill the controller asked for, or the agent's
-    own stop), ``failed_to_start``. ``None`` from an agent that does not
-    say; the controller then takes a signal after the limit as the limit.
+    own stop), ``failed_to_start``, ``node_fail`` (the node could not start
+    the run or keep track of it, as when its state directory is full: the
+    controller ends it NODE_FAIL and requeues it as it would on a lost node).
+    ``None`` from an agent that does not say; the controller then takes a
+    signal after the limit as the limit.
     """
 
     job_id: str = Field(..., min_length=1, max_length=64)
@@ -209,8 +216,9 @@ class JobLaunch(BaseModel):
     and resolved them against ``workdir``). ``gpu_uuids`` are the GPUs (or MIG
     instances) of this node the run may see. ``time_limit_s`` is enforced by
     the agent: at the limit it sends SIGTERM, then SIGKILL after
-    ``kill_grace_s``. ``signal`` is the user's ``--signal`` spec
-    (``[B:]SIG[@seconds]``), sent that long before the limit.
+    ``kill_grace_s`` (0: no limit, the job's ``UNLIMITED``). ``signal`` is the
+    user's ``--signal`` spec (``[B:]SIG[@seconds]``), sent that long before the
+    limit.
     """
 
     job_id: str

@@ -126,7 +126,9 @@ class JobSubmit(_Request):
     mig_count: int = Field(0, ge=0, le=56)
     cpus_per_task: int = Field(1, ge=1, le=MAX_CPUS_PER_TASK)
     mem_mib: int = Field(0, ge=0, le=MAX_MEM_MIB, description="per node; 0: the default")
-    time_limit_s: int | None = Field(None, gt=0, le=MAX_TIME_S)
+    time_limit_s: int | None = Field(
+        None, ge=0, le=MAX_TIME_S, description="0: no limit; none: the partition's default"
+    )
     array: str | None = Field(None, max_length=4096, description="0-999%50, 1,3,5 or 0-15:4")
     dependency: str | None = Field(
         None, max_length=4096, description="afterok:1:2,afterany:3, afternotok:4 or singleton"

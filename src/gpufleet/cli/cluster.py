@@ -43,6 +43,13 @@ def _models(node: NodeOut) -> str:
     return ",".join(f"{model}x{n}" for model, n in counts.items()) or "-"
 
 
+def _reason(node: NodeOut) -> str:
+    """The node's reason, then each GPU its agent masked and why: the node shows its
+    Slurm state (idle, mixed) while a masked GPU takes no job and counts as used."""
+    masks = [f"gpu {g.index} masked: {g.masked}" for g in node.gpus if g.masked]
+    return "; ".join([node.reason, *masks] if node.reason else masks) or "-"
+
+
 def _gpus_used(node: NodeOut) -> str:
     used = sum(min(g.used_milli, FULL_MILLI) for g in node.gpus) / FULL_MILLI
     return f"{used:g}/{len(node.gpus)}"
@@ -69,7 +76,7 @@ def nodes(json_out: Json = False) -> None:
                 _gpus_used(n),
                 _models(n),
                 "".join(gpu_cell(g) for g in n.gpus) or "-",
-                n.reason or "-",
+                _reason(n),
             )
             for n in found
         ),
@@ -102,10 +109,11 @@ def partitions(json_out: Json = False) -> None:
         print_json(found)
         return
     print_table(
-        ("PARTITION", "DEFAULT", "TIMELIMIT", "PENDING", "RUNNING", "NODES"),
+        ("PARTITION", "AVAIL", "DEFAULT", "TIMELIMIT", "PENDING", "RUNNING", "NODES"),
         (
             (
                 p.name,
+                p.state,
                 "yes" if p.is_default else "no",
                 duration(p.max_time_s or None),
                 p.pending,

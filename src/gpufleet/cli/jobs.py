@@ -250,7 +250,8 @@ def show(
         ("ExpectedStart", timestamp(found.expected_start)),
         ("EndTime", timestamp(found.end_time)),
         ("NodeList", compress_hostlist(found.node_list) or "None"),
-        ("ExitCode", "N/A" if found.exit_code is None else found.exit_code),
+        # As Slurm's EXIT:SIGNAL: 0:9 for a run SIGKILL ended, 0:0 where nothing ended yet.
+        ("ExitCode", f"{found.exit_code or 0}:{found.signal or 0}"),
         ("Restarts", found.restart_count),
         ("WorkDir", found.workdir),
         ("StdOut", found.stdout_path),

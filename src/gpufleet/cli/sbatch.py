@@ -150,20 +150,20 @@ _TIME_FORMS = (
 )
 
 
-def parse_time(text: str) -> int | None:
-    """A Slurm time limit in seconds; ``None`` for ``UNLIMITED``, ``INFINITE`` or ``0``.
+def parse_time(text: str) -> int:
+    """A Slurm time limit in seconds; 0 (no limit) for ``UNLIMITED``, ``INFINITE`` or ``0``.
 
     Forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM and D-HH:MM:SS.
     """
     if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
+        return 0
     for pattern, scale in _TIME_FORMS:
         match = pattern.fullmatch(text)
         if match is not None:
             seconds = sum(int(g) * s for g, s in zip(match.groups(), scale, strict=True))
             if seconds > MAX_TIME_S:
                 raise _Bad(f"{text!r} is longer than the {MAX_TIME_S // 86400}-day maximum")
-            return seconds or None  # Slurm: a limit of zero means none
+            return seconds  # Slurm: a limit of zero means none, as the API's 0
     raise _Bad(
         f"{text!r} is not a time: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS "
         "or UNLIMITED"

@@ -95,7 +95,7 @@ def history_lines(
             "account": row.account,
             "qos": row.qos,
             "partition": row.partition,
-            "time_limit_s": row.time_limit_s,
+            "time_limit_s": row.time_limit_s or None,  # 0: no limit, the format's null
             "preemptible": bool(row.requeue),
             "priority_class": "normal",
             "checkpoint_interval_s": None,

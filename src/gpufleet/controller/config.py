@@ -57,7 +57,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from gpufleet.adapters.inventory import ClusterFileError, nodes_from_groups, pools_from_tables
 from gpufleet.adapters.tomlfile import UnreadableToml, read_toml
-from gpufleet.api.schemas import USER_NAME_RULE, is_user_name, unknown_output_pattern
+from gpufleet.api.schemas import (
+    MAX_ARRAY_TASKS,
+    USER_NAME_RULE,
+    is_user_name,
+    unknown_output_pattern,
+)
 from gpufleet.controller.alerts import AlertsConfig
 from gpufleet.controller.alerts import problems as alert_problems
 from gpufleet.controller.scaling import ProviderConfig
@@ -129,6 +134,12 @@ class ServerConfig(StrictTable):
     )
     max_payload_bytes: int = Field(
         2 * 1024 * 1024, ge=4096, le=1 << 30, description="larger request bodies get 413"
+    )
+    max_array_size: int = Field(
+        1001,
+        ge=1,
+        le=MAX_ARRAY_TASKS,
+        description="array task indices stay below this (MaxArraySize)",
     )
     default_stdout: str = Field(
         "slurm-%j.out", description="output path of a job that names none, from its workdir"

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 from gpufleet.adapters.store import tables as t
-from gpufleet.api.schemas import MAX_UNIX_TIME, HoldKind
+from gpufleet.api.schemas import MAX_TIME_S, MAX_UNIX_TIME, HoldKind
 from gpufleet.controller.jobspec import Dependency, parse_dependency, request_from_json
 from gpufleet.core.job import Job
 from gpufleet.core.model import Node, Request
@@ -82,6 +82,12 @@ class LiveJob:
         return [str(p["node"]) for p in self.placements]
 
     @property
+    def limit_s(self) -> int:
+        """The time limit the scheduler plans with: ``time_limit_s``, or for no limit (0)
+        a year, the horizon Slurm gives an INFINITE job's end."""
+        return self.time_limit_s or MAX_TIME_S
+
+    @property
     def hold(self) -> HoldKind | None:
         """The kind of hold the job is under, None when it is not held."""
         return hold_kind(self.held, self.admin_hold)
@@ -103,7 +109,7 @@ class LiveJob:
                 partition=self.partition,
                 request=self.request,
                 submit_time=int(self.submit_time),
-                time_limit_s=self.time_limit_s,
+                time_limit_s=self.limit_s,
                 priority_nice=self.nice,
                 nodelist=tuple(spec.get("nodelist") or ()),
                 exclude=tuple(spec.get("exclude") or ()),
@@ -265,7 +271,9 @@ class NodeInfo:
     """A node the controller knows: declared in the configuration or registered by its agent.
 
     ``state`` is ``up`` (its agent syncs), ``down`` (heartbeat lost) or
-    ``unknown`` (no agent seen yet); ``drain`` keeps new jobs off it.
+    ``unknown`` (no agent seen yet); ``drain`` keeps new jobs off it, and so do
+    ``strays``: runs its agent holds that the controller no longer expects
+    (told to kill them), whose room it cannot know, until the agent says they ended.
     """
 
     node: Node
@@ -276,7 +284,8 @@ class NodeInfo:
     last_heartbeat: float | None = None
     saved_heartbeat: float | None = None
     inventory: dict[str, Any] = field(default_factory=dict)
+    strays: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def usable(self) -> bool:
-        return self.state == "up" and not self.drain
+        return self.state == "up" and not self.drain and not self.strays

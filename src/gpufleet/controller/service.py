@@ -73,6 +73,7 @@ from gpufleet.adapters.store import GroupWriter, Store
 from gpufleet.adapters.store import tables as t
 from gpufleet.api.agent_schemas import (
     KILL_RESEND_S,
+    MAX_RETRY_S,
     AgentRegister,
     AgentSync,
     Checkpointed,
@@ -86,6 +87,7 @@ from gpufleet.api.agent_schemas import (
     SyncReply,
 )
 from gpufleet.api.schemas import (
+    MAX_TIME_S,
     TERMINAL_STATES,
     HoldKind,
     JobEvent,
@@ -271,6 +273,8 @@ class Controller:
         self._kills_sent: dict[str, dict[tuple[str, int], tuple[JobKill, float]]] = {}
         self._readings = ReadingsBoard()
         self._heartbeats: dict[str, float] = {}  # node -> a sync time not yet stored
+        # Node -> the heartbeat this controller's start gave it, while it has not synced since.
+        self._unheard: dict[str, float] = {}
         self._health: dict[str, NodeHealth] = {}  # each node's last health verdict
         # Per node, the work counter and held runs of its last empty answer (_quiet_sync).
         self._quiet: dict[str, tuple[int | None, frozenset[tuple[str, int]]]] = {}
@@ -316,6 +320,13 @@ class Controller:
             self.writer = GroupWriter(self.store)
             self._adopt_config()
             self._load()
+            # Agents back off (up to MAX_RETRY_S) while the controller is away: a node
+            # not heard from since this start gets that long on top of the timeout.
+            self._unheard = {
+                name: info.last_heartbeat
+                for name, info in self._nodes.items()
+                if info.last_heartbeat is not None
+            }
             if self.setup.pools and self.setup.provider is not None:
                 self._start_fleet()
             # What the store rebuilt lives as long as the service: the collector need not
@@ -341,11 +352,18 @@ class Controller:
         only makes the loop look again."""
         timeout = self.setup.heartbeat_timeout_s
         due = self._next_switch
-        for info in list(self._nodes.values()):
+        for name, info in list(self._nodes.items()):
             last = info.last_heartbeat
-            if info.state == "up" and last is not None and (due is None or last + timeout < due):
-                due = last + timeout
+            if info.state == "up" and last is not None:
+                lost = last + self._restart_grace(name, last) + timeout
+                if due is None or lost < due:
+                    due = lost
         return due
+
+    def _restart_grace(self, node: str, last: float) -> float:
+        """MAX_RETRY_S for a node not heard from since this controller started (its agent
+        may be backing off, as while the controller was away), else 0."""
+        return MAX_RETRY_S if self._unheard.get(node) == last else 0.0
 
     def stop(self) -> None:
         """Stop the loop and the writer after in-flight commits; idempotent. Kills no job."""
@@ -479,6 +497,17 @@ class Controller:
             )
         # A missing account is the same mistake for anyone (422); 403 is for another's.
         if not _has_account(tree, account):
+            if named is None and not principal.account:
+                # As Slurm: the default account comes from an association, and one with
+                # none (an admin's, say) must name the account.
+                names = [
+                    n for n, user in zip(tree.names[1:], tree.is_user[1:], strict=True) if not user
+                ]
+                raise Invalid(
+                    "body.account",
+                    f"{principal.user} has no default account; name one with --account"
+                    f" (accounts: {', '.join(names)})",
+                )
             raise Invalid("body.account", f"no account {account!r}")
         if not principal.is_operator:
             allowed = principal.allowed_accounts
@@ -500,9 +529,25 @@ class Controller:
             raise Forbidden("a node token cannot submit jobs")
         self._running_check()
         request, array, dependency = check_spec(spec)
+        max_array = self.setup.max_array_size
+        if array is not None and array.indices[-1] >= max_array:
+            # As Slurm's MaxArraySize: a huge array would stall every cycle for everyone.
+            raise Invalid(
+                "body.array",
+                f"index {array.indices[-1]} is over the site's maximum of {max_array - 1}"
+                f" (max_array_size = {max_array})",
+            )
         partition = spec.partition or self._default_partition
         if partition not in self.setup.partitions:
             raise Invalid("body.partition", f"no partition {partition!r}")
+        # The state in force, which a time-of-day window may have changed.
+        state = self.book.partitions.get(partition, self.setup.partitions[partition]).state
+        if state in ("drain", "inactive"):
+            # As Slurm: such a partition takes no new job; its queued ones stay (drain: they
+            # still start, inactive: they wait with PartitionInactive).
+            raise Invalid(
+                "body.partition", f"partition {partition} is {state} and takes no new jobs"
+            )
         qos = spec.qos or self._default_qos
         if qos not in self.setup.qos:
             raise Invalid("body.qos", f"no QoS {qos!r}")
@@ -519,15 +564,19 @@ class Controller:
             if len(self._holdable) >= MAX_SHAPES:
                 self._holdable.clear()  # many one-off shapes: walk the nodes again
             self._holdable.add((request, partition))
-        # As Slurm: a partition without a default time gives its maximum.
-        time_limit = spec.time_limit_s or part.default_time_s or part.max_time_s or DEFAULT_TIME_S
-        if part.max_time_s and time_limit > part.max_time_s:
+        # 0 asks for no limit (Slurm's UNLIMITED); none named takes the partition's
+        # default, and as in Slurm a partition without one gives its maximum.
+        time_limit = spec.time_limit_s
+        if time_limit is None:
+            time_limit = part.default_time_s or part.max_time_s or DEFAULT_TIME_S
+        if part.max_time_s and (time_limit == 0 or time_limit > part.max_time_s):
             # Refused now, as Slurm's EnforcePartLimits=ALL does, rather than queued to
             # wait with PartitionTimeLimit until someone notices it never can start.
+            asked = f"{time_limit} s" if time_limit else "no limit (UNLIMITED)"
             raise Invalid(
                 "body.time_limit_s",
-                f"{time_limit} s is over partition {partition}'s limit of {part.max_time_s} s"
-                + ("" if spec.time_limit_s else " (it is the partition's default)"),
+                f"{asked} is over partition {partition}'s limit of {part.max_time_s} s"
+                + ("" if spec.time_limit_s is not None else " (it is the partition's default)"),
             )
         tasks: list[int | None] = list(array.indices) if array else [None]
         now = self.clock.now()
@@ -809,7 +858,8 @@ class Controller:
 
         The owner's hold is a user hold (``JobHeldUser``); an operator's or
         admin's, on any job, an admin hold (``JobHeldAdmin``), which turns a
-        user hold into an admin hold. Conflict if not pending or already so held.
+        user hold into an admin hold. Conflict if not pending; a job held already stays
+        as it is, quietly, as Slurm's.
         """
         return self._act(principal, job_id, "hold", "held by " + principal.user)
 
@@ -912,6 +962,7 @@ class Controller:
                         allowed_qos=list(p.allowed_qos),
                         preemptible=p.preemptible,
                         is_default=p.name == self._default_partition,
+                        state=self.book.partitions.get(p.name, p).state,  # a window's, if any
                         pending=counts[p.name, "PENDING"],
                         running=counts[p.name, "RUNNING"] + counts[p.name, "COMPLETING"],
                     )
@@ -1154,6 +1205,7 @@ class Controller:
             self._facts[node] = dict(body.facts)
             info.last_heartbeat = info.saved_heartbeat = now
             self._set_state(info, "up")
+            self._note_strays(info, body.running)
             self._kills_sent.pop(node, None)  # a new agent process: it may have missed them
             self._bump(node)
         self._wake()
@@ -1214,6 +1266,7 @@ class Controller:
                 # Stored with the next cycle's transaction: a heartbeat never waits for a commit.
                 self._heartbeats[node] = info.saved_heartbeat = now
             ended = self._confirm_gone(node, body.running, now) or ended
+            ended = self._note_strays(info, body.running, body.reports, found=came_back) or ended
             reply = self._reply(node, body.running, now)
             self._answered[node] = self._gen[node]
             if (
@@ -1554,6 +1607,7 @@ class Controller:
             ledger=ledger,
             reservations=setup.reservations,
             estimates=setup.predict is not None and setup.predict.backfill,
+            stop_at_once=False,  # a victim's room stays held until its agent reports it gone
         )
         self._mig.resume(self.book, mig_orders)  # before the runs: none is on those GPUs
         for name in self._mig.by_node:
@@ -1604,9 +1658,7 @@ class Controller:
         start = int(job.start_time or 0)
         running = replace(self._stamped(job), state=JobState.RUNNING, start_time=start)
         signal = None
-        expected_end = start + (
-            running.expected_runtime_s if self.book.estimates else job.time_limit_s
-        )
+        expected_end = start + (running.expected_runtime_s if self.book.estimates else job.limit_s)
         kill = job.kill
         if job.cleanup:
             # Ended, not yet confirmed gone: the room stays held for no one.
@@ -1727,19 +1779,7 @@ class Controller:
         for s in effects.started:
             changes.append(self._start_change(self._jobs[s.job_id], s, now))
         for sig in effects.signalled:
-            live = self._jobs[sig.job_id]
-            kill = {
-                "mode": "preempt-" + sig.mode,
-                "signal": "TERM",
-                "grace_s": sig.deadline - inow,
-                "deadline": float(sig.deadline),
-                "for_job": sig.for_job,
-            }
-            changes.append(Change(live, {"kill": kill}, [], after=partial(_set_kill, kill=kill)))
-        for end in effects.stopped:
-            live = self._jobs[end.job_id]
-            mode = "preempt-requeue" if end.outcome == "requeued" else "preempt-cancel"
-            changes.append(self._end_change(live, mode, None, None, now, ""))
+            changes.append(self._preempt_change(self._jobs[sig.job_id], sig, inow))
         statements += self._mig.order(effects.relayouts, now)
         self._commit(changes, statements)
         for node in {c.node for c in effects.relayouts}:
@@ -1751,6 +1791,28 @@ class Controller:
             plan.stats,
             started=[self._live(s.job_id).partition for s in effects.started],
             preempted=[self._live(p.job_id).partition for p in plan.preemptions],
+        )
+
+    def _preempt_change(self, live: LiveJob, sig: Signalled, now: int) -> Change:
+        """Signal a victim of preemption. In its grace time it runs on; with none it is
+        killed as a cancel is (SIGTERM, SIGKILL after the kill grace) and is COMPLETING:
+        its room stays held, for its preemptor, until its agent reports it ended."""
+        grace = sig.deadline - now
+        kill = {
+            "mode": "preempt-" + sig.mode,
+            "signal": "TERM",
+            "grace_s": grace or self.setup.kill_grace_s,
+            "deadline": float(sig.deadline if grace else now + self.setup.kill_grace_s),
+            "for_job": sig.for_job,
+        }
+        if grace:
+            return Change(live, {"kill": kill}, [], after=partial(_set_kill, kill=kill))
+        message = f"preempted by job {sig.for_job}"
+        return Change(
+            live,
+            {"kill": kill, "state": "COMPLETING"},
+            [(float(now), "COMPLETING", message)],
+            after=partial(_set_kill, kill=kill, state="COMPLETING"),
         )
 
     def _switch_windows(self, now: int, statements: list[sa.Executable]) -> None:
@@ -1992,6 +2054,8 @@ class Controller:
         message: str,
         outcome: str = "",
         cleanup: dict[str, Any] | None = None,
+        *,
+        end: float | None = None,
     ) -> Change:
         """The run of ``live`` ended; ``mode`` is the kill that ended it, if any.
 
@@ -2000,8 +2064,10 @@ class Controller:
         ``cleanup`` (the kill still to send) the run's end is recorded but
         its tasks may still live: the book keeps its room until its nodes
         confirm them gone (``_confirm_gone``) and the job waits in
-        ``_cleanup``.
+        ``_cleanup``. ``end`` is when it ended, if before ``now`` (a late
+        report): its end time and final state's time; a requeue is ``now``.
         """
+        ended = now if end is None else end
         requeue = cleanup is None and (
             (mode in ("requeue", "preempt-requeue", "node-fail") and live.requeue)
             or mode == "requeue"
@@ -2014,7 +2080,7 @@ class Controller:
             "timeout": "TIMEOUT",
             "node-fail": "NODE_FAIL",
         }.get(mode or "", outcome)
-        steps = [(now, final, message)]
+        steps = [(ended, final, message)]
         row: dict[str, Any] = {
             "exit_code": exit_code,
             "signal": signal,
@@ -2037,13 +2103,13 @@ class Controller:
             )
         else:
             # A hold ends with the job (a held job cancelled is CANCELLED, no longer held).
-            row.update(state=final, end_time=now, reason=message, held=False, admin_hold=False)
+            row.update(state=final, end_time=ended, reason=message, held=False, admin_hold=False)
             if final in LEARNT_STATES:
-                self._learn(live, now, final)
-        end = {
+                self._learn(live, ended, final)
+        run_end = {
             "job": live.pk,
             "run": live.run,
-            "end_time": now,
+            "end_time": ended,
             "outcome": final,
             "exit_code": exit_code,
             "signal": signal,
@@ -2070,7 +2136,7 @@ class Controller:
                 job.state, job.held, job.admin_hold = final, False, False
                 self._drop_live(job, final, exit_code)
 
-        return Change(live, row, steps, ends=[end], after=after)
+        return Change(live, row, steps, ends=[run_end], after=after)
 
     def _expire_nodes(
         self, now: float, changes: list[Change], statements: list[sa.Executable]
@@ -2087,7 +2153,8 @@ class Controller:
         for name, info in self._nodes.items():
             if info.state != "up" or info.last_heartbeat is None:
                 continue
-            if now - info.last_heartbeat <= self.setup.heartbeat_timeout_s:
+            silent = now - info.last_heartbeat - self._restart_grace(name, info.last_heartbeat)
+            if silent <= self.setup.heartbeat_timeout_s:
                 continue
             i = self.book.state.index[name]
             for end in self.book.node_down(i, int(now)):
@@ -2134,6 +2201,8 @@ class Controller:
             if live.kill is not None:
                 deadline = float(live.kill["deadline"])
                 mode = str(live.kill["mode"])
+            elif not live.time_limit_s:
+                continue  # no limit: no deadline for its agent to miss
             else:
                 deadline = live.start_time + live.time_limit_s + self.setup.kill_grace_s
                 mode = "timeout"
@@ -2320,6 +2389,9 @@ class Controller:
             if action == "requeue" and finished_rows:
                 texts = RowTexts()
                 changes.extend(self._revive(r, texts, now, message) for r in finished_rows)
+            if not changes and action == "hold" and self._all_held(rows):
+                # As Slurm's scontrol hold: holding what is already held succeeds quietly.
+                return self.get_job(principal=principal, job_id=rows[0].job_id)
             if not changes:
                 raise Conflict(f"job {job_id}: cannot {action} a job that is {rows[0].state}")
             self._commit(changes)
@@ -2357,6 +2429,11 @@ class Controller:
             [(now, "COMPLETING", message)],
             after=lambda j: _set_kill(j, kill, "COMPLETING"),
         )
+
+    def _all_held(self, rows: Sequence[Any]) -> bool:
+        """Whether ``rows`` have a pending job and every pending one is held."""
+        pending = [j for r in rows if (j := self._jobs.get(r.job_id)) and j.state == "PENDING"]
+        return bool(pending) and all(j.held for j in pending)
 
     def _hold_change(self, live: LiveJob, hold: HoldKind | None) -> Change | None:
         """Put a pending job under ``hold`` (None: release it); None when nothing changes.
@@ -2558,14 +2635,18 @@ class Controller:
         have ended (COMPLETED only if all exited 0; the exit code is the
         worst), or at its first failure: then the run is FAILED with that
         task's code and the others are killed, their room held until they
-        are confirmed gone.
+        are confirmed gone. A run ends when its last task did on its node,
+        not when the controller heard of it (its agent may have been down).
         """
+        start = live.start_time if live.start_time is not None else now
+        at = min(max(rep.at, start), now)  # the node's time, bounded against its clock's skew
         exit = {
             "state": rep.state,
             "exit_code": rep.exit_code,
             "signal": rep.signal,
             "message": rep.message,
             "cause": rep.cause,
+            "at": at,
         }
         exits = {**live.exits, node: exit}
         ok = rep.state == "exited" and rep.exit_code == 0
@@ -2573,13 +2654,21 @@ class Controller:
         # A run its time limit ended is TIMEOUT whatever its exit (as in Slurm), even
         # one that traps SIGTERM and exits 0; an agent that gives no cause is taken
         # at its word only for a death by signal after the limit.
-        past_limit = live.start_time is not None and now >= live.start_time + live.time_limit_s
+        past_limit = (
+            live.start_time is not None
+            and live.time_limit_s > 0  # 0: no limit to be past
+            and at >= start + live.time_limit_s
+        )
         if mode is None and (
             any(e.get("cause") == "time_limit" for e in exits.values())
             or (rep.cause is None and rep.state == "signalled" and past_limit)
         ):
             mode = "timeout"
         others = [n for n in live.node_list if n not in exits]
+        if mode is None and rep.cause == "node_fail" and not others:
+            # The node could not start or follow the run (its agent's state directory
+            # failed): not the job's doing, so NODE_FAIL and a requeue, as for a lost node.
+            mode = "node-fail"
         if others and (ok or mode is not None):
 
             def record(job: LiveJob) -> None:
@@ -2595,7 +2684,7 @@ class Controller:
             }
             message = f"task on {node} failed: " + (rep.message or _how(exit))
             change = self._end_change(
-                live, None, rep.exit_code, rep.signal, now, message, "FAILED", cleanup=kill
+                live, None, rep.exit_code, rep.signal, now, message, "FAILED", kill, end=at
             )
             change.after = _then(change.after, lambda job: job.gone.update(exits))
             return change
@@ -2603,15 +2692,52 @@ class Controller:
         code, signal = worst["exit_code"], worst["signal"]
         good = all(e["state"] == "exited" and e["exit_code"] == 0 for e in exits.values())
         outcome = "COMPLETED" if good else "FAILED"
-        if (mode in ("requeue", "preempt-requeue") and live.requeue) or mode == "requeue":
-            self.book.stop(live.job_id, int(now), requeue=True)
+        # Task exits stored before they carried their time ended when heard of.
+        end = max(float(e.get("at", now)) for e in exits.values())
+        if (mode in ("requeue", "preempt-requeue", "node-fail") and live.requeue) or (
+            mode == "requeue"
+        ):
+            self.book.stop(live.job_id, int(end), requeue=True)
             if live.job_id in self.book.pending:
                 self.book.withdraw(live.job_id)  # the next cycle decides if it may start
         elif mode is None:
-            self.book.finish(live.job_id, int(now))
+            self.book.finish(live.job_id, int(end))
         else:
-            self.book.stop(live.job_id, int(now), requeue=False)
-        return self._end_change(live, mode, code, signal, now, str(worst["message"]), outcome)
+            self.book.stop(live.job_id, int(end), requeue=False)
+        message = str(worst["message"])
+        return self._end_change(live, mode, code, signal, now, message, outcome, end=end)
+
+    def _note_strays(
+        self,
+        info: NodeInfo,
+        running: Sequence[RunRef],
+        reports: Sequence[RunReport] = (),
+        *,
+        found: bool = True,
+    ) -> bool:
+        """Keep new work off a node while its agent holds runs the controller does not
+        expect (``_reply`` kills them: a run a lost node kept, whose job ran again),
+        since their room is not known, as a cancel's room stays held until its end is
+        reported. Returns whether the node just became usable again.
+
+        Strays are ``found`` only when the node (re)registers or comes back from down:
+        any other sync may carry a list of runs older than an end already reported
+        (a long poll's), and only shrinks the strays known."""
+        name = info.node.name
+        expected = {(j, self._live(j).run) for j in self._on_node.get(name, ())}
+        expected.update((r.job_id, r.run) for r in reports)  # ended, whatever else it says
+        strays = frozenset((r.job_id, r.run) for r in running) - expected
+        if not found:
+            strays &= info.strays
+        if strays == info.strays:
+            return False
+        cleared = not strays
+        info.strays = strays
+        self._set_state(info, info.state)
+        if not cleared:
+            held = ", ".join(f"job {j} run {r}" for j, r in sorted(strays))
+            log.warning("node %s holds runs not expected (%s): no new work yet", name, held)
+        return cleared
 
     def _reply(self, node: str, running: Sequence[RunRef], now: float) -> SyncReply:
         """What ``node`` must start and kill, given the runs it holds.
@@ -2799,6 +2925,7 @@ class Controller:
         others = 0
         per_gpu: dict[int, list[str]] = defaultdict(list)
         per_gpu_others: dict[int, int] = defaultdict(int)
+        masked = self._masked(name)
         for job_id in sorted(self._on_node.get(name, ())):
             live = self._live(job_id)
             mine = viewer is None or live.user == viewer
@@ -2832,6 +2959,7 @@ class Controller:
                     jobs=per_gpu[g.index],
                     other_jobs=per_gpu_others[g.index],
                     mig=[p for p, _ in g.mig or ()],
+                    masked=masked.get(g.index, ""),
                 )
                 for g in info.node.gpus
             ],
@@ -2840,6 +2968,16 @@ class Controller:
             jobs=jobs,
             other_jobs=others,
         )
+
+    def _masked(self, name: str) -> dict[int, str]:
+        """The GPUs of ``name`` its agent's health verdict masks, with why (the GPU's
+        reading says; else ``unhealthy``)."""
+        health = self._health.get(name)
+        if health is None or not health.masked_gpus:
+            return {}
+        readings = self._readings.snapshot().get(name)
+        why = {r.index: r.health_reason for r in readings.gpus} if readings else {}
+        return {g: why.get(g) or "unhealthy" for g in health.masked_gpus}
 
     def _set_drain(self, principal: Principal, name: str, *, drain: bool, reason: str) -> NodeOut:
         _require(principal, "operator")
@@ -2934,7 +3072,7 @@ def _finished_jobs(conn: sa.Connection) -> list[prediction_error.Finished]:
     )
     return [
         prediction_error.Finished(
-            Features(r.user, r.account, r.name, r.gpu_milli / 1000, r.time_limit_s),
+            Features(r.user, r.account, r.name, r.gpu_milli / 1000, r.time_limit_s or MAX_TIME_S),
             submit=int(r.submit_time),
             first_start=int(r.first_start),
             end=int(r.end_time),

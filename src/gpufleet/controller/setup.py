@@ -77,7 +77,8 @@ class ControllerSetup:
     before it ends the job itself (the run's resources stay held until the
     agent confirms the run is gone or its node is down).
     ``default_stdout`` is the output pattern of a job that names none, and
-    of an array task. With ``predict`` the controller trains a runtime
+    of an array task. ``max_array_size`` bounds array task indices (Slurm's
+    ``MaxArraySize``: 0 to one less). With ``predict`` the controller trains a runtime
     predictor from the store and stamps pending jobs with its estimates
     (``engine.estimates``); with ``windows`` it switches to
     ``window_policy(open windows)`` at each window boundary.
@@ -100,6 +101,7 @@ class ControllerSetup:
     heartbeat_interval_s: float = 15.0
     heartbeat_timeout_s: float = 120.0
     kill_grace_s: int = 30
+    max_array_size: int = 1001
     default_stdout: tuple[str, str] = ("slurm-%j.out", "slurm-%A_%a.out")
     backstop_s: float = 60.0
     workload_window: int = 1000
@@ -155,6 +157,7 @@ def setup_from_config(built: Built, document: Mapping[str, Any] | None = None) -
         heartbeat_interval_s=server.heartbeat_interval_s,
         heartbeat_timeout_s=server.heartbeat_timeout_s,
         kill_grace_s=server.kill_grace_s,
+        max_array_size=server.max_array_size,
         default_stdout=(server.default_stdout, server.default_array_stdout),
         fairshare=ordering.multifactor.fairshare,
         priority_calc_s=server.priority_calc_s,

@@ -13,6 +13,8 @@ from gpufleet.api.schemas import Role
 
 UsageKey = Literal["user", "account", "partition", "qos"]
 NodeStateName = Literal["idle", "mixed", "allocated", "drain", "draining", "down", "unknown"]
+# core.job.PartitionState, restated: token commands import these views and load no core.
+PartitionStateName = Literal["up", "down", "drain", "inactive"]
 
 
 class GpuOut(BaseModel):
@@ -28,6 +30,9 @@ class GpuOut(BaseModel):
     )
     other_jobs: int = Field(0, description="jobs of other users holding it (ids not shown)")
     mig: list[str] = Field(default_factory=list, description="configured MIG profiles")
+    masked: str = Field(
+        "", description="why the node's agent masked it (unhealthy, no new jobs); '' if not"
+    )
 
 
 class NodeOut(BaseModel):
@@ -61,6 +66,7 @@ class PartitionOut(BaseModel):
     allowed_qos: list[str] = Field(default_factory=list)
     preemptible: bool = True
     is_default: bool = False
+    state: PartitionStateName = "up"
     pending: int = 0
     running: int = 0
 

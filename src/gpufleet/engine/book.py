@@ -10,7 +10,8 @@ failing, a grace time running out) is the driver's to notice and report.
 
 API (``now`` is the driver's clock in integer seconds)::
 
-    book = JobBook(nodes, qos, partitions, ledger=None, reservations=(), estimates=False)
+    book = JobBook(nodes, qos, partitions, ledger=None, reservations=(), estimates=False,
+                   stop_at_once=True)
     book.submit(job, runs=None)            # queue a pending job (runs: how many it had)
     book.restore(running, run=N, signal=None)  # a run already under way (recovery)
     book.withdraw(job_id) -> Job           # take a pending job off the queue
@@ -31,8 +32,9 @@ API (``now`` is the driver's clock in integer seconds)::
     book.placements(assignments) -> [Placement]  # names, GPU UUIDs, MIG ids
 
 ``apply`` first signals the plan's victims: one with no grace time is
-stopped at once (``Effects.stopped``); one with a grace time keeps running
-until the driver stops it (``Effects.signalled`` with the deadline), and the
+stopped at once (``Effects.stopped``) unless the book was built with
+``stop_at_once=False``; any other keeps running until the driver stops it
+(``Effects.signalled`` with the deadline, now for no grace time), and the
 snapshot names it as signalled, for the job it was preempted for, so later
 cycles neither pick it again nor give its room to another job. Then it
 starts the plan's jobs; a start whose room a victim in its grace time still
@@ -53,7 +55,7 @@ re-cut, with their targets, and when each GPU's last change was taken on.
 A requeued job goes back to the end of the queue as it was submitted, with
 the GPU service of the run added to ``gpu_seconds_attained``; a finished or
 cancelled job leaves the book. The ledger, when given, is charged for every
-run from its start to its end.
+run from its start to its end, an end the driver learnt of late included.
 """
 
 from __future__ import annotations
@@ -181,8 +183,12 @@ class JobBook:
         ledger: UsageLedger | None = None,
         reservations: Sequence[Reservation] = (),
         estimates: bool = False,
+        stop_at_once: bool = True,
     ) -> None:
         self.state = ClusterState(nodes)
+        # False for a driver whose victims are processes: one with no grace time still
+        # has to die, and holds its room until the driver reports it gone.
+        self.stop_at_once = stop_at_once
         # A run's expected end: start + estimate (SchedulingProfile.estimates), else + limit.
         self.estimates = estimates
         self.qos = qos
@@ -315,7 +321,7 @@ class JobBook:
             r = self.running.get(p.job_id)
             if r is None or p.job_id in self.signals:
                 continue
-            if p.grace_s == 0:
+            if p.grace_s == 0 and self.stop_at_once:
                 effects.stopped.append(self._end(r, now, _mode_outcome(p.mode)))
                 continue
             sig = Signalled(p.job_id, self.runs[p.job_id], now + p.grace_s, p.mode, p.for_job)

@@ -129,13 +129,34 @@ class UsageLedger:
         self.rate += self._job_rate(r)
 
     def stop(self, r: RunningJob, now: int) -> None:
-        self._accrue(now)
+        """Stop charging ``r`` from ``now``, which may be before usage was last charged
+        (a driver told of the end late): what it was charged since is taken back."""
+        if now < self.at:
+            self._refund(self._job_rate(r), now)
+        else:
+            self._accrue(now)
         self.charged -= 1
         if self.charged:
             self.rate -= self._job_rate(r)
         else:  # exactly zero, not what subtracting every rate left
             self.rate = np.zeros(len(self.tree))
             self.idle = (self.usage, self.at)
+
+    def _refund(self, rate: npt.NDArray[np.float64], since: int) -> None:
+        """Take back what ``rate`` was charged from ``since`` to ``at``, in the steps
+        ``_stepped`` takes at each multiple of ``recalc_s`` (the usage at the last one
+        passed too). Steps taken at other runs' starts and stops decayed it a little
+        differently: what is left of that difference is cut at zero."""
+        over, t, step = np.zeros(len(self.tree)), since, self.recalc_s
+        last = self.at - self.at % step if step else 0
+        while t < self.at:
+            to = min(self.at, t - t % step + step) if step else self.at
+            over = accrue(over, to - t, self.args.half_life_s, self.index, rate * (to - t))
+            t = to
+            if step and t == last:
+                self.boundary = np.maximum(self.boundary - over, 0.0)
+        self.usage = np.maximum(self.usage - over, 0.0)
+        self.snapshot_at = None  # the usage orderings saw included it: the next view is new
 
     def current(self, now: int) -> AccountUsage:
         """The usage charged up to ``now``, whenever orderings last saw it (for displays)."""
