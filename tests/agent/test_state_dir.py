@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from agent.fake_controller import FakeController, serve
 from agent.support import Launches, wait_ended, wait_for
-from agent.test_daemon import INVENTORY, eventually
+from agent.test_daemon import eventually, running_agent
 from gpufleet.agent import runner as runner_module
 from gpufleet.agent import supervise
 from gpufleet.agent.daemon import Agent
@@ -169,27 +168,8 @@ def test_a_job_whose_start_cannot_be_recorded_is_stopped_at_once(tmp_path: Path)
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[FakeController, Agent]]:
     fake = FakeController()
-    runner = Runner(tmp_path / "state", "n1", same_user=True)
-    with serve(fake) as url:
-        daemon = Agent(
-            server=url,
-            token="gf_node",
-            node="n1",
-            inventory=INVENTORY,
-            runner=runner,
-            poll_s=0.05,
-            max_backoff_s=0.5,
-            max_wait_s=0.3,
-        )
-        thread = threading.Thread(target=daemon.run, daemon=True)
-        thread.start()
-        try:
-            yield fake, daemon
-        finally:
-            daemon.stop()
-            thread.join(5)
-            runner.close()
-            assert not thread.is_alive()
+    with serve(fake) as url, running_agent(url, tmp_path / "state") as daemon:
+        yield fake, daemon
 
 
 def test_a_full_disk_drains_the_node_and_requeues_the_launch_until_it_has_room(
